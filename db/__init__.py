@@ -1,0 +1,17 @@
+"""db: SQLAlchemy models, sessions, Alembic migrations, and the store the search writes to."""
+
+from db.session import Database, SchemaError, is_sqlite_file, resolve_url, safe_url
+from db.store import HistoryEntry, NewIndividual, ParentLink, RunInfo, Store
+
+__all__ = [
+    "Database",
+    "HistoryEntry",
+    "NewIndividual",
+    "ParentLink",
+    "RunInfo",
+    "SchemaError",
+    "Store",
+    "is_sqlite_file",
+    "resolve_url",
+    "safe_url",
+]

@@ -1,0 +1,160 @@
+"""Engines, sessions and the schema version.
+
+``Database(url)`` validates the URL without touching anything; ``open()`` connects, creates a
+new database at the newest schema, and refuses an older schema with the command to upgrade it.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, event, inspect
+from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+DEFAULT_DB = "evo.db"
+
+
+class SchemaError(Exception):
+    """The database's schema is not the one this version of evo uses."""
+
+
+def resolve_url(value: str | None) -> URL:
+    """A SQLAlchemy URL from ``--db``/``EVO_DB``/the default; a bare path means a SQLite file.
+
+    Raises ``ValueError`` (never echoing a password) when the URL is malformed.
+    """
+    text = value if value else os.environ.get("EVO_DB") or DEFAULT_DB
+    if "://" not in text:
+        path = Path(text).expanduser()
+        if path.is_dir():
+            raise ValueError(f"database path {text!r} is a directory")
+        if not path.resolve().parent.is_dir():
+            raise ValueError(f"database directory {str(path.resolve().parent)!r} does not exist")
+        return URL.create("sqlite", database=str(path.resolve()))
+    try:
+        url = make_url(text)
+    except ArgumentError:
+        raise ValueError("database URL is malformed (expected e.g. sqlite:///evo.db or "
+                         "postgresql://user@host/db)") from None
+    try:
+        url.get_dialect()
+    except NoSuchModuleError:
+        raise ValueError(f"database URL names an unknown backend {url.drivername!r}") from None
+    except ImportError as exc:
+        raise ValueError(f"database backend {url.drivername!r} needs a driver that is not installed ({exc.name})") from None
+    return url
+
+
+def safe_url(url: URL) -> str:
+    return url.render_as_string(hide_password=True)
+
+
+def is_sqlite_file(url: URL) -> bool:
+    return url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:")
+
+
+class Database:
+    def __init__(self, url: URL) -> None:
+        self.url = url
+        self._engine: Engine | None = None
+        self._sessions: sessionmaker | None = None
+
+    @property
+    def description(self) -> str:
+        return safe_url(self.url)
+
+    def exists(self) -> bool:
+        """False only for a SQLite file that has not been created yet."""
+        return not is_sqlite_file(self.url) or Path(self.url.database).exists()
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            kwargs = {}
+            if self.url.get_backend_name() == "sqlite":
+                kwargs["connect_args"] = {"timeout": 60}
+            engine = create_engine(self.url, pool_pre_ping=True, **kwargs)
+            if self.url.get_backend_name() == "sqlite":
+                event.listen(engine, "connect", _sqlite_pragmas)
+            self._engine = engine
+            self._sessions = sessionmaker(engine, expire_on_commit=False)
+        return self._engine
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """One unit of work: commits on success, rolls back on any exception."""
+        self.engine
+        session = self._sessions()
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    # -- schema ---------------------------------------------------------------------------
+    def _alembic(self, connection) -> Config:
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        config.set_main_option("sqlalchemy.url", self.url.render_as_string(hide_password=False).replace("%", "%%"))
+        config.attributes["connection"] = connection
+        return config
+
+    def head_revision(self) -> str:
+        return ScriptDirectory(str(MIGRATIONS)).get_current_head()
+
+    def current_revision(self) -> str | None:
+        with self.engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+
+    def upgrade(self) -> tuple[str | None, str]:
+        """Migrate to the newest schema; returns (revision before, revision after)."""
+        before = self.current_revision()
+        with self.engine.begin() as connection:
+            command.upgrade(self._alembic(connection), "head")
+        return before, self.head_revision()
+
+    def open(self, *, create: bool = True) -> "Database":
+        """Connect; create the schema in an empty database; refuse an outdated one."""
+        try:
+            with self.engine.connect() as connection:
+                tables = set(inspect(connection).get_table_names())
+                current = MigrationContext.configure(connection).get_current_revision()
+        except OperationalError as exc:
+            raise SchemaError(f"cannot open database {self.description}: {exc.orig}") from None
+        head = self.head_revision()
+        if current is None and not (tables - {"alembic_version"}):
+            if create:
+                self.upgrade()
+            return self
+        if current is None:
+            raise SchemaError(f"database {self.description} has tables but no evo schema version")
+        if current != head:
+            raise SchemaError(
+                f"database {self.description} has schema revision {current}, this evo needs {head}: "
+                f"run `evo db upgrade --db <url>` (back up the file first)")
+        return self
+
+    def dispose(self) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=60000")
+    cursor.close()

@@ -1,0 +1,178 @@
+"""Reads and writes of runs, individuals, lineage and evaluations.
+
+Each method is its own transaction (``Database.session``): an evaluation is committed the
+moment it is recorded, so a killed driver loses nothing that had finished.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import func, select
+
+from db.models import Evaluation, Individual, LineageEdge, Run, utcnow
+from db.session import Database
+from fitness.records import EvalResult, Status, to_jsonable
+
+RUN_STATUSES = ("running", "target_reached", "budget_exhausted", "time_exhausted", "space_exhausted",
+                "interrupted", "failed")
+
+
+@dataclass(frozen=True)
+class ParentLink:
+    genome_id: str
+    operator: str
+    changed_knobs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NewIndividual:
+    genome_id: str
+    genome: dict
+    generation: int
+    origin: str
+    parents: tuple[ParentLink, ...] = ()
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One individual as a strategy sees it on resume (status/fitness None while unevaluated)."""
+
+    individual_id: int
+    genome_id: str
+    genome: dict
+    generation: int
+    origin: str
+    status: str | None
+    fitness_s: float | None
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    id: int
+    family: str
+    strategy: str
+    target: str | None
+    target_seconds: float | None
+    seed: int
+    config: dict
+    status: str
+    message: str | None
+    hardware: dict | None
+    anchor: list | None
+    created_at: datetime
+    finished_at: datetime | None
+    evaluations: int = 0
+    best_fitness_s: float | None = None
+
+
+class Store:
+    def __init__(self, database: Database) -> None:
+        self.database = database
+
+    # -- runs -------------------------------------------------------------------------------
+    def create_run(self, *, family: str, strategy: str, target: str | None, seed: int, config: dict) -> int:
+        with self.database.session() as s:
+            run = Run(family=family, strategy=strategy, target=target, seed=seed, config=config, status="running")
+            s.add(run)
+            s.flush()
+            return run.id
+
+    def get_run(self, run_id: int) -> RunInfo | None:
+        with self.database.session() as s:
+            run = s.get(Run, run_id)
+            if run is None:
+                return None
+            count, best = s.execute(
+                select(func.count(Evaluation.id), func.min(Evaluation.fitness_s))
+                .join(Individual).where(Individual.run_id == run_id)).one()
+            return _run_info(run, count, best)
+
+    def list_runs(self) -> list[RunInfo]:
+        with self.database.session() as s:
+            stats = dict(
+                (row[0], (row[1], row[2])) for row in s.execute(
+                    select(Individual.run_id, func.count(Evaluation.id), func.min(Evaluation.fitness_s))
+                    .join(Evaluation).group_by(Individual.run_id)))
+            return [_run_info(r, *stats.get(r.id, (0, None))) for r in s.scalars(select(Run).order_by(Run.id))]
+
+    def update_run(self, run_id: int, **fields) -> None:
+        status = fields.get("status")
+        if status is not None and status not in RUN_STATUSES:
+            raise ValueError(f"unknown run status {status!r}")
+        with self.database.session() as s:
+            run = s.get(Run, run_id)
+            for name, value in fields.items():
+                setattr(run, name, value)
+            if status is not None:
+                run.finished_at = None if status == "running" else utcnow()
+
+    # -- individuals and lineage ----------------------------------------------------------
+    def add_individuals(self, run_id: int, individuals: list[NewIndividual]) -> dict[str, int]:
+        """Insert individuals with their lineage edges in one transaction; returns their ids."""
+        with self.database.session() as s:
+            known = dict(s.execute(select(Individual.genome_id, Individual.id).where(Individual.run_id == run_id)).all())
+            ids = {}
+            for new in individuals:
+                if new.genome_id in known:
+                    raise ValueError(f"genome {new.genome_id} is already an individual of run {run_id}")
+                row = Individual(run_id=run_id, genome_id=new.genome_id, genome=new.genome,
+                                 generation=new.generation, origin=new.origin)
+                s.add(row)
+                s.flush()
+                known[new.genome_id] = ids[new.genome_id] = row.id
+                for parent in new.parents:
+                    s.add(LineageEdge(run_id=run_id, parent_id=known[parent.genome_id], child_id=row.id,
+                                      operator=parent.operator, changed_knobs=list(parent.changed_knobs)))
+            return ids
+
+    def history(self, run_id: int) -> list[HistoryEntry]:
+        with self.database.session() as s:
+            rows = s.execute(
+                select(Individual, Evaluation.status, Evaluation.fitness_s)
+                .outerjoin(Evaluation).where(Individual.run_id == run_id).order_by(Individual.id)).all()
+            return [HistoryEntry(i.id, i.genome_id, i.genome, i.generation, i.origin, status, fit)
+                    for i, status, fit in rows]
+
+    def lineage(self, run_id: int) -> list[tuple[int, int, str, list]]:
+        with self.database.session() as s:
+            return [tuple(r) for r in s.execute(
+                select(LineageEdge.parent_id, LineageEdge.child_id, LineageEdge.operator, LineageEdge.changed_knobs)
+                .where(LineageEdge.run_id == run_id).order_by(LineageEdge.id)).all()]
+
+    # -- evaluations ----------------------------------------------------------------------
+    def record_evaluation(self, individual_id: int, result: EvalResult) -> None:
+        with self.database.session() as s:
+            s.add(Evaluation(
+                individual_id=individual_id, status=result.status.value, message=result.message,
+                fitness_s=result.fitness_s if result.status is Status.OK else None,
+                build_s=result.stages.build, screen_s=result.stages.screen, verify_s=result.stages.verify,
+                benchmark_s=result.stages.benchmark,
+                build_stats=to_jsonable(result.usage) if result.usage else None,
+                checks=to_jsonable(result.checks), timings=to_jsonable(result.timings),
+                anchor=to_jsonable(result.anchor), artifact_key=result.artifact_key, worker=result.worker))
+
+    def evaluation_count(self, run_id: int) -> int:
+        with self.database.session() as s:
+            return s.scalar(select(func.count(Evaluation.id)).join(Individual).where(Individual.run_id == run_id))
+
+    def failure_counts(self, run_id: int) -> Counter:
+        with self.database.session() as s:
+            return Counter(dict(s.execute(
+                select(Evaluation.status, func.count(Evaluation.id)).join(Individual)
+                .where(Individual.run_id == run_id).group_by(Evaluation.status)).all()))
+
+    def best(self, run_id: int, limit: int = 5) -> list[tuple[Individual, Evaluation]]:
+        with self.database.session() as s:
+            return list(s.execute(
+                select(Individual, Evaluation).join(Evaluation).where(
+                    Individual.run_id == run_id, Evaluation.status == Status.OK.value)
+                .order_by(Evaluation.fitness_s, Individual.id).limit(limit)).tuples())
+
+
+def _run_info(run: Run, evaluations: int, best: float | None) -> RunInfo:
+    return RunInfo(run.id, run.family, run.strategy, run.target, run.target_seconds, run.seed, run.config,
+                   run.status, run.message, run.hardware, run.anchor, run.created_at, run.finished_at,
+                   evaluations, best)

@@ -1,0 +1,113 @@
+"""The ``evo`` command. Parses and validates input, prints, sets exit codes.
+
+Exit codes: 0 target reached (or the budget ran out and no target was set); 1 internal error;
+2 bad input (nothing written); 3 budget or time budget exhausted before the target;
+4 the search space ran out of new genomes before the target; 130 interrupted (Ctrl-C, SIGTERM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from typing import Sequence
+
+from rich.console import Console
+
+EXIT_BAD_INPUT = 2
+
+
+class BadInput(Exception):
+    """Raised for anything the user gave us that we cannot use; printed as one line, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one clear line, not a usage dump
+        raise BadInput(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="evo", description="Evolutionary search for fast, verified kernels.",
+                     epilog=__doc__.split("\n\n", 1)[1])
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    db_help = "SQLAlchemy URL or SQLite file path (default: $EVO_DB or ./evo.db)"
+
+    search = commands.add_parser("search", help="run (or resume) a search")
+    search.add_argument("--family", help="kernel family (see `evo families`)")
+    search.add_argument("--target", help="stop when a kernel is this fast: 40us, 2ms, or 0.5x the anchor")
+    search.add_argument("--budget", type=_positive_int, help="evaluations, seeds included (default 100)")
+    search.add_argument("--time-budget", help="wall-clock limit: 90s, 10m, 1h")
+    search.add_argument("--strategy", help="evolution (default), random or optuna")
+    search.add_argument("--sampler", help="Optuna sampler for --strategy optuna: tpe (default), random, qmc, "
+                                          "nsgaii, bruteforce")
+    search.add_argument("--population", type=_positive_int, help="genomes per generation (default 8)")
+    search.add_argument("--seed", type=_int, help="random seed of the strategy (default 0)")
+    search.add_argument("--trials", type=_positive_int, help="fresh random inputs per shape when verifying")
+    search.add_argument("--experiment", help="TOML experiment file (flags override its values)")
+    search.add_argument("--resume", type=_positive_int, metavar="RUN", help="continue a stopped run")
+    search.add_argument("--db", help=db_help)
+    search.add_argument("--ray-address", help="Ray cluster to use (default: start a local one)")
+
+    runs = commands.add_parser("runs", help="list the runs in the database")
+    runs.add_argument("--db", help=db_help)
+
+    show = commands.add_parser("show", help="a run's best individuals and failure counts")
+    show.add_argument("run", type=_positive_int)
+    show.add_argument("--top", type=_positive_int, default=5)
+    show.add_argument("--db", help=db_help)
+
+    commands.add_parser("families", help="the kernel families and their knobs")
+
+    doctor = commands.add_parser("doctor", help="check nvcc, GPU, Ray, C++ compiler and the database")
+    doctor.add_argument("--db", help=db_help)
+
+    database = commands.add_parser("db", help="database maintenance")
+    db_commands = database.add_subparsers(dest="db_command", required=True, parser_class=_Parser)
+    upgrade = db_commands.add_parser("upgrade", help="migrate the database to this evo's schema")
+    upgrade.add_argument("--db", help=db_help)
+    current = db_commands.add_parser("current", help="print the database's schema revision")
+    current.add_argument("--db", help=db_help)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    console = Console()
+    errors = Console(stderr=True)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        args = build_parser().parse_args(argv)
+        from evo import commands
+
+        return commands.dispatch(args, console)
+    except BadInput as exc:
+        errors.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        errors.print("interrupted: the run is marked interrupted; continue it with `evo search --resume RUN`",
+                     highlight=False, markup=False)
+        return 130
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,250 @@
+"""The ``evo`` subcommands. Every input is validated before anything is written."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from db import Database, SchemaError, Store, resolve_url
+from evo.cli import BadInput
+from evo.experiment import load_experiment, parse_duration
+from fitness import format_seconds
+
+
+def dispatch(args: argparse.Namespace, console: Console) -> int:
+    handlers = {"search": cmd_search, "runs": cmd_runs, "show": cmd_show, "families": cmd_families,
+                "doctor": cmd_doctor, "db": cmd_db}
+    return handlers[args.command](args, console)
+
+
+# -- helpers ----------------------------------------------------------------------------------
+def _database(args, *, must_exist: bool) -> Database:
+    try:
+        database = Database(resolve_url(getattr(args, "db", None)))
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    if must_exist and not database.exists():
+        raise BadInput(f"no database at {database.description} (run `evo search` first or pass --db)")
+    return database
+
+
+def _open(database: Database, *, create: bool = True) -> Store:
+    try:
+        database.open(create=create)
+    except SchemaError as exc:
+        raise BadInput(str(exc)) from None
+    return Store(database)
+
+
+# -- search -------------------------------------------------------------------------------------
+FLAG_FIELDS = {"family": "family", "target": "target", "budget": "budget", "strategy": "strategy",
+               "population": "population", "seed": "seed", "trials": "trials"}
+RESUMABLE_OVERRIDES = {"budget", "time_budget"}
+
+
+def _search_settings(args) -> tuple[dict[str, Any], dict[str, Any]]:
+    """SearchConfig fields and strategy options from the experiment file, then the flags."""
+    settings, options = ({}, {})
+    if args.experiment:
+        try:
+            settings, options = load_experiment(args.experiment)
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
+    for flag, name in FLAG_FIELDS.items():
+        value = getattr(args, flag)
+        if value is not None:
+            settings[name] = value
+    if args.time_budget is not None:
+        try:
+            settings["time_budget_s"] = parse_duration(args.time_budget, "--time-budget")
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
+    if args.sampler is not None:
+        options["sampler"] = args.sampler
+    settings.setdefault("family", "cpu_gemm")
+    return settings, options
+
+
+def cmd_search(args, console: Console) -> int:
+    from evo.progress import ConsoleReporter
+    from evo.search import Search, SearchConfig
+    from seeds import get_family
+
+    settings, options = _search_settings(args)
+    if args.resume is not None:
+        explicit = {f for f in ("family", "target", "strategy", "population", "seed", "trials", "sampler", "experiment")
+                    if getattr(args, f) is not None}
+        if explicit:
+            raise BadInput(f"--resume continues a run with its own settings; only --budget and --time-budget "
+                           f"may change (got --{sorted(explicit)[0]})")
+        database = _database(args, must_exist=True)
+        store = _open(database, create=False)
+        run = store.get_run(args.resume)
+        if run is None:
+            raise BadInput(f"run {args.resume} does not exist in {database.description}")
+        stored = dict(run.config)
+        stored.update({k: v for k, v in settings.items() if k in ("budget", "time_budget_s")})
+        try:
+            config = SearchConfig.from_dict(stored)
+            get_family(config.family)
+        except ValueError as exc:
+            raise BadInput(f"run {args.resume} cannot resume: {exc}") from None
+        search = Search(config, store, ConsoleReporter(console, budget=config.budget), ray_address=args.ray_address)
+        return search.resume(args.resume).exit_code
+    settings["strategy_options"] = options
+    settings.setdefault("strategy", "evolution")
+    if "sampler" in options and settings["strategy"] != "optuna":
+        raise BadInput("--sampler applies to --strategy optuna only")
+    try:
+        config = SearchConfig(**settings)
+        from evo.strategies import make_strategy
+
+        family = get_family(config.family)
+        make_strategy(config.strategy, family.space, seed=config.seed, population=config.population,
+                      options=config.strategy_options)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    database = _database(args, must_exist=False)
+    store = _open(database)
+    search = Search(config, store, ConsoleReporter(console, budget=config.budget), ray_address=args.ray_address)
+    return search.start().exit_code
+
+
+# -- reading the store ------------------------------------------------------------------------
+def cmd_runs(args, console: Console) -> int:
+    database = _database(args, must_exist=False)
+    if not database.exists():
+        console.print(f"no runs yet: {database.description} does not exist", highlight=False)
+        return 0
+    runs = _open(database, create=False).list_runs()
+    table = Table(title=f"runs in {database.description}")
+    for column in ("run", "family", "strategy", "status", "evaluations", "best", "target", "started"):
+        table.add_column(column)
+    for r in runs:
+        table.add_row(str(r.id), r.family, r.strategy, r.status, str(r.evaluations), format_seconds(r.best_fitness_s),
+                      r.target or "-", r.created_at.strftime("%Y-%m-%d %H:%M"))
+    console.print(table)
+    return 0
+
+
+def cmd_show(args, console: Console) -> int:
+    database = _database(args, must_exist=True)
+    store = _open(database, create=False)
+    run = store.get_run(args.run)
+    if run is None:
+        raise BadInput(f"run {args.run} does not exist in {database.description}")
+    anchor = _mission_anchor(run.anchor, run.family)
+    console.print(f"[bold]run {run.id}[/]: family {run.family}, strategy {run.strategy}, status {run.status}, "
+                  f"{run.evaluations} evaluations; target {run.target or '-'} "
+                  f"({format_seconds(run.target_seconds)}); anchor {format_seconds(anchor)}", highlight=False)
+    if run.hardware:
+        console.print("hardware: " + ", ".join(f"{k}={v}" for k, v in run.hardware.items()), highlight=False)
+    table = Table(title="best individuals")
+    for column in ("rank", "individual", "genome id", "gen", "origin", "time", "speedup vs anchor", "genome"):
+        table.add_column(column)
+    for rank, (individual, evaluation) in enumerate(store.best(run.id, args.top), 1):
+        own_anchor = _mission_anchor(evaluation.anchor, run.family) or anchor
+        speedup = f"{own_anchor / evaluation.fitness_s:.2f}x" if own_anchor else "-"
+        genome = " ".join(f"{k}={v}" for k, v in sorted(individual.genome.items()))
+        table.add_row(str(rank), str(individual.id), individual.genome_id, str(individual.generation),
+                      individual.origin, format_seconds(evaluation.fitness_s), speedup, genome)
+    console.print(table)
+    counts = store.failure_counts(run.id)
+    console.print("statuses: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none yet"),
+                  highlight=False)
+    return 0
+
+
+def _mission_anchor(anchor: list | None, family_name: str) -> float | None:
+    if not anchor:
+        return None
+    try:
+        from seeds import get_family
+
+        mission = get_family(family_name).mission_shape.name
+    except ValueError:
+        mission = anchor[0]["shape"]
+    return next((a["median_s"] for a in anchor if a["shape"] == mission), None)
+
+
+def cmd_families(args, console: Console) -> int:
+    from seeds import family_names, get_family
+
+    for name in family_names():
+        family = get_family(name)
+        table = Table(title=f"{name} ({family.device}): {family.description}; anchor {family.anchor_name}")
+        table.add_column("knob")
+        table.add_column("domain")
+        table.add_column("meaning")
+        for knob in family.space.knobs:
+            table.add_row(knob.name, knob.describe(), knob.description)
+        console.print(table)
+        console.print("constraints: " + "; ".join(f"{c.name}: {c.description}" for c in family.space.constraints),
+                      highlight=False)
+        console.print("shapes: " + ", ".join(s.label() + (" [mission]" if s.mission else "") for s in family.shapes),
+                      highlight=False)
+    return 0
+
+
+def cmd_doctor(args, console: Console) -> int:
+    from fitness.build import compiler_command
+
+    table = Table(title="evo doctor")
+    table.add_column("check")
+    table.add_column("status")
+    table.add_column("detail")
+    essential_ok = True
+
+    def row(name, ok, detail, essential=False):
+        nonlocal essential_ok
+        essential_ok &= ok or not essential
+        table.add_row(name, "[green]ok[/]" if ok else ("[red]missing[/]" if essential else "[yellow]absent[/]"), detail)
+
+    for label, compiler, essential in (("C++ compiler", "c++", True), ("nvcc", "nvcc", False)):
+        command = compiler_command(compiler)
+        path = shutil.which(command)
+        version = ""
+        if path:
+            out = subprocess.run([path, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+            version = out[-1] if out else ""
+        row(label, bool(path), f"{path} {version}" if path else f"{command} not on PATH", essential)
+    import torch
+
+    gpu = torch.cuda.is_available()
+    row("GPU (torch)", gpu, torch.cuda.get_device_name() if gpu else f"torch {torch.__version__}: no CUDA device")
+    try:
+        from cuda.bindings import driver  # noqa: F401
+
+        row("cuda.bindings", True, "driver API bindings importable")
+    except ImportError:
+        row("cuda.bindings", False, "not installed (needed to launch CUDA families)")
+    import ray
+
+    row("Ray", True, f"ray {ray.__version__}", True)
+    try:
+        database = Database(resolve_url(args.db))
+        if database.exists():
+            database.open(create=False)
+            row("database", True, f"{database.description} at schema {database.current_revision()}", True)
+        else:
+            row("database", True, f"{database.description} (will be created)", True)
+    except (ValueError, SchemaError) as exc:
+        row("database", False, str(exc), True)
+    console.print(table)
+    return 0 if essential_ok else 1
+
+
+def cmd_db(args, console: Console) -> int:
+    database = _database(args, must_exist=args.db_command == "current")
+    if args.db_command == "current":
+        console.print(f"{database.description}: schema revision {database.current_revision() or 'none'} "
+                      f"(this evo: {database.head_revision()})", highlight=False)
+        return 0
+    before, after = database.upgrade()
+    console.print(f"{database.description}: schema {before or 'empty'} -> {after}", highlight=False)
+    return 0

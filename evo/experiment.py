@@ -1,0 +1,85 @@
+"""Experiment files (TOML) and the search settings they share with the command line.
+
+    [search]
+    family = "cpu_gemm"
+    strategy = "evolution"      # evolution | random | optuna
+    target = "0.8x"             # 40us, 2ms, 1.5s, or a ratio to the anchor: 0.5x
+    budget = 40                 # evaluations, seeds included
+    time_budget = "5m"          # 90s, 10m, 1h
+    population = 8
+    seed = 0
+    trials = 3                  # fresh random inputs per shape when verifying
+    build_timeout = "120s"
+    eval_timeout = "300s"
+
+    [strategy]                  # options of the chosen strategy, e.g. elite = 2, sampler = "tpe"
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*$")
+_SCALE = {"ms": 1e-3, "s": 1.0, None: 1.0, "m": 60.0, "h": 3600.0}
+
+SEARCH_KEYS = {
+    "family": str, "strategy": str, "target": str, "budget": int, "time_budget": (str, int, float),
+    "population": int, "seed": int, "trials": int, "build_timeout": (str, int, float),
+    "eval_timeout": (str, int, float), "cache_dir": str,
+}
+DURATION_KEYS = {"time_budget": "time_budget_s", "build_timeout": "build_timeout_s", "eval_timeout": "eval_timeout_s"}
+
+
+def parse_duration(value: Any, what: str) -> float:
+    """Seconds from ``90``, ``"90s"``, ``"10m"``, ``"1h"``, ``"500ms"``."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be a duration like 90s, 10m or 1h, got {value!r}")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ValueError(f"{what} {value!r} is not a duration like 90s, 10m or 1h")
+        seconds = float(match.group(1)) * _SCALE[match.group(2)]
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"{what} must be positive, got {value!r}")
+    return seconds
+
+
+def load_experiment(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(search settings as SearchConfig fields, strategy options) from a TOML file.
+
+    Any problem — missing file, bad TOML, unknown section or key, wrong type — is a ValueError
+    naming the file and the key.
+    """
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"experiment file {str(path)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"experiment file {str(path)!r} cannot be read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"experiment file {str(path)!r} is not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - {"search", "strategy"})
+    if unknown:
+        raise ValueError(f"experiment file {str(path)!r}: unknown section(s) {unknown}; expected [search], [strategy]")
+    search = data.get("search", {})
+    options = data.get("strategy", {})
+    if not isinstance(search, dict) or not isinstance(options, dict):
+        raise ValueError(f"experiment file {str(path)!r}: [search] and [strategy] must be tables")
+    settings: dict[str, Any] = {}
+    for key, value in search.items():
+        if key not in SEARCH_KEYS:
+            raise ValueError(f"experiment file {str(path)!r}: unknown key search.{key}; known: {sorted(SEARCH_KEYS)}")
+        expected = SEARCH_KEYS[key]
+        if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
+            raise ValueError(f"experiment file {str(path)!r}: search.{key} has the wrong type ({value!r})")
+        if key in DURATION_KEYS:
+            settings[DURATION_KEYS[key]] = parse_duration(value, f"search.{key}")
+        else:
+            settings[key] = value
+    return settings, dict(options)

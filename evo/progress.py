@@ -1,0 +1,81 @@
+"""What a user sees while a search runs: a live line on a terminal, one line per evaluation
+otherwise (logs, CI), and a final summary."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from evo.search import LoopState, SearchConfig, SearchOutcome
+from fitness import EvalResult, format_seconds
+from kernel_genome import Genome
+from seeds import KernelFamily
+
+
+def _best_line(state: LoopState) -> str:
+    best = format_seconds(state.best_fitness_s)
+    parts = [f"best {best}"]
+    if state.best_fitness_s is not None and state.anchor_s:
+        parts.append(f"({state.anchor_s / state.best_fitness_s:.2f}x anchor speed)")
+    if state.target_s is not None:
+        parts.append(f"target {format_seconds(state.target_s)}")
+    return " ".join(parts)
+
+
+class ConsoleReporter:
+    def __init__(self, console: Console | None = None, *, budget: int | None = None) -> None:
+        self.console = console or Console()
+        self.budget = budget
+        self._live: Live | None = None
+
+    def started(self, run_id: int, family: KernelFamily, config: SearchConfig, resumed: bool) -> None:
+        verb = "resuming" if resumed else "starting"
+        limits = []
+        if config.target:
+            limits.append(f"target {config.target}")
+        if config.budget:
+            limits.append(f"budget {config.budget} evaluations")
+        if config.time_budget_s:
+            limits.append(f"time budget {config.time_budget_s:g} s")
+        self.console.print(f"[bold]{verb} run {run_id}[/]: family {family.name}, strategy {config.strategy}, "
+                           f"population {config.population}, seed {config.seed}; " + ", ".join(limits)
+                           + f"; anchor {family.anchor_name}", highlight=False, soft_wrap=True)
+        if self.console.is_terminal:
+            self._live = Live(Text("starting Ray and timing the anchor..."), console=self.console,
+                              refresh_per_second=4, transient=True)
+            self._live.start()
+
+    def evaluated(self, state: LoopState, genome: Genome, result: EvalResult) -> None:
+        done = f"{state.evaluations}" + (f"/{self.budget}" if self.budget else "")
+        if self._live is not None:
+            self._live.update(Text(f"generation {state.generation}  evaluations {done}  failed {state.failures}  "
+                                   + _best_line(state)))
+            return
+        outcome = format_seconds(result.fitness_s) if result.fitness_s is not None else result.status.value
+        self.console.print(f"[{done}] gen {state.generation} {genome.id} {outcome:>13}  " + _best_line(state),
+                           highlight=False, markup=False, soft_wrap=True)
+
+    def message(self, text: str) -> None:
+        self.console.print(text, highlight=False, soft_wrap=True)
+
+    def finished(self, outcome: SearchOutcome) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+        table = Table(title=f"run {outcome.run_id}: {outcome.status.replace('_', ' ')}", show_header=False)
+        table.add_row("evaluations", f"{outcome.evaluations} ({outcome.failures} failed)")
+        table.add_row("best time (mission shape)", format_seconds(outcome.best_fitness_s))
+        table.add_row("anchor time", format_seconds(outcome.anchor_s))
+        if outcome.best_fitness_s and outcome.anchor_s:
+            table.add_row("speedup over anchor", f"{outcome.anchor_s / outcome.best_fitness_s:.2f}x")
+        table.add_row("target", format_seconds(outcome.target_s))
+        table.add_row("wall time", f"{outcome.wall_s:.1f} s")
+        table.add_row("best genome", str(outcome.best_genome) if outcome.best_genome else "-")
+        self.console.print(table)
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None

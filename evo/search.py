@@ -1,0 +1,294 @@
+"""The loop: ask -> build -> screen -> evaluate -> store -> tell, until target or budget.
+
+This is the one place that joins the strategy, the fitness pipeline and the store. Every
+individual is stored (with its lineage) when it is asked for, every evaluation the moment it
+finishes, so a killed search resumes without losing or repeating a finished evaluation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from db import HistoryEntry, NewIndividual, ParentLink, Store
+from evo.strategies import Observation, Proposal, Strategy, make_strategy
+from fitness import BuildConfig, EvalConfig, EvalResult, Target, default_cache_dir
+from fitness.workers import Finished, Pipeline, PipelineConfig, start_ray
+from kernel_genome import Genome
+from seeds import KernelFamily, get_family
+
+EXIT_TARGET_REACHED = 0  # also: the budget ran out and no target had been set
+EXIT_BUDGET_EXHAUSTED = 3
+EXIT_SPACE_EXHAUSTED = 4
+EXIT_INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Everything that defines a search; stored with the run so that it can resume."""
+
+    family: str
+    strategy: str = "evolution"
+    strategy_options: dict = field(default_factory=dict)
+    target: str | None = None
+    budget: int | None = 100  # evaluations, seeds included
+    time_budget_s: float | None = None
+    population: int = 8
+    seed: int = 0
+    trials: int = 3
+    build_timeout_s: float = 120.0
+    eval_timeout_s: float = 300.0
+    cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        positive = {"population": self.population, "trials": self.trials,
+                    "build_timeout_s": self.build_timeout_s, "eval_timeout_s": self.eval_timeout_s}
+        if self.budget is not None:
+            positive["budget"] = self.budget
+        if self.time_budget_s is not None:
+            positive["time_budget_s"] = self.time_budget_s
+        for name, value in positive.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+        if self.budget is None and self.time_budget_s is None and self.target is None:
+            raise ValueError("a search needs a budget, a time budget or a target to stop at")
+        if self.target is not None:
+            Target.parse(self.target)
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "SearchConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    run_id: int
+    status: str  # a run status: target_reached, budget_exhausted, ...
+    exit_code: int
+    evaluations: int
+    failures: int
+    best_genome: Genome | None
+    best_fitness_s: float | None
+    target_s: float | None
+    anchor_s: float | None
+    wall_s: float
+
+
+class Reporter(Protocol):
+    def started(self, run_id: int, family: KernelFamily, config: SearchConfig, resumed: bool) -> None: ...
+    def evaluated(self, state: "LoopState", genome: Genome, result: EvalResult) -> None: ...
+    def message(self, text: str) -> None: ...
+    def finished(self, outcome: SearchOutcome) -> None: ...
+
+
+@dataclass
+class LoopState:
+    """What the live display shows; all derived from what the loop has stored."""
+
+    generation: int = 0
+    submitted: int = 0
+    evaluations: int = 0
+    failures: int = 0
+    best_genome: Genome | None = None
+    best_fitness_s: float | None = None
+    target_s: float | None = None
+    anchor_s: float | None = None
+    started: float = field(default_factory=time.monotonic)
+
+
+class Search:
+    def __init__(self, config: SearchConfig, store: Store, reporter: Reporter, *, ray_address: str | None = None):
+        self.config = config
+        self.store = store
+        self.reporter = reporter
+        self.ray_address = ray_address
+        self.family = get_family(config.family)
+        self.target = Target.parse(config.target) if config.target else None
+        self.strategy: Strategy = make_strategy(config.strategy, self.family.space, seed=config.seed,
+                                                population=config.population, options=config.strategy_options)
+        self.state = LoopState()
+        self._individual_ids: dict[str, int] = {}
+        self._generation_of: dict[str, int] = {}
+
+    # -- entry points -----------------------------------------------------------------------
+    def start(self) -> SearchOutcome:
+        run_id = self.store.create_run(family=self.family.reference_key, strategy=self.config.strategy,
+                                       target=self.config.target, seed=self.config.seed, config=self.config.to_dict())
+        seeds = [Proposal(g, "seed") for g in self.family.seed_genomes]
+        self._store_proposals(run_id, seeds, generation=0)
+        self.strategy.add_seeds([p.genome for p in seeds])
+        return self._loop(run_id, [p.genome for p in seeds], resumed=False)
+
+    def resume(self, run_id: int) -> SearchOutcome:
+        history = self.store.history(run_id)
+        self.strategy.add_seeds(list(self.family.seed_genomes))
+        finished, pending = [], []
+        for entry in history:
+            genome = self.family.space.genome(entry.genome)
+            self._individual_ids[genome.id] = entry.individual_id
+            self._generation_of[genome.id] = entry.generation
+            if entry.status is None:
+                pending.append(genome)
+            else:
+                finished.append(Observation(genome, entry.generation, entry.status, entry.fitness_s))
+                self._count(entry)
+        self.strategy.restore(finished, pending)
+        self.state.generation = max((e.generation for e in history), default=0)
+        self.state.submitted = len(finished)
+        run = self.store.get_run(run_id)
+        self.state.target_s = run.target_seconds
+        self.store.update_run(run_id, status="running", message=None)
+        return self._loop(run_id, pending, resumed=True)
+
+    # -- the loop ---------------------------------------------------------------------------
+    def _loop(self, run_id: int, first_batch: list[Genome], resumed: bool) -> SearchOutcome:
+        self.reporter.started(run_id, self.family, self.config, resumed)
+        release_ray = start_ray(self.ray_address)
+        cache = Path(self.config.cache_dir) if self.config.cache_dir else default_cache_dir()
+        pipeline = Pipeline(self.family, PipelineConfig(
+            BuildConfig(cache, self.config.build_timeout_s), EvalConfig(self.config.trials),
+            eval_timeout_s=self.config.eval_timeout_s))
+        status = None
+        try:
+            self._submit(pipeline, first_batch)
+            if not resumed:
+                self._ask_and_submit(run_id, pipeline, self.config.population - len(first_batch), generation=0)
+            status = self._drive(run_id, pipeline)
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        except BaseException as exc:
+            status = "failed"
+            self.store.update_run(run_id, status="failed", message=f"{type(exc).__name__}: {exc}"[:2000])
+            raise
+        finally:
+            if status == "interrupted":
+                self.store.update_run(run_id, status="interrupted", message="stopped by the user")
+            pipeline.close()
+            release_ray()
+        outcome = self._outcome(run_id, status)
+        self.store.update_run(run_id, status=status, message=_describe(outcome))
+        self.reporter.finished(outcome)
+        return outcome
+
+    def _drive(self, run_id: int, pipeline: Pipeline) -> str:
+        stop_reason = None
+        strategy_dry = False  # the strategy had nothing new; ask again only after a new result
+        while True:
+            finished = pipeline.poll(0.5)
+            for item in finished:
+                self._record(run_id, item, pipeline)
+            strategy_dry = strategy_dry and not finished
+            stop_reason = stop_reason or self._stop_reason()
+            if stop_reason == "time_exhausted":
+                return stop_reason  # pending candidates stay unevaluated; --resume finishes them
+            wants_batch = pipeline.builds_pending == 0 and pipeline.in_flight <= self.config.population
+            if stop_reason is None and wants_batch and not strategy_dry:
+                asked = self._ask_and_submit(run_id, pipeline, self._batch_size(), self.state.generation + 1)
+                strategy_dry = asked == 0
+            if stop_reason is None and strategy_dry and pipeline.in_flight == 0:
+                stop_reason = "space_exhausted"
+            if stop_reason is not None and pipeline.in_flight == 0:
+                return stop_reason
+
+    def _stop_reason(self) -> str | None:
+        if self._target_reached():
+            return "target_reached"
+        if self.config.time_budget_s is not None and time.monotonic() - self.state.started >= self.config.time_budget_s:
+            return "time_exhausted"
+        if not self._budget_left():
+            return "budget_exhausted"
+        return None
+
+    def _budget_left(self) -> int:
+        if self.config.budget is None:
+            return 1 << 30
+        return max(0, self.config.budget - self.state.submitted)
+
+    def _batch_size(self) -> int:
+        return min(self.config.population, self._budget_left())
+
+    def _target_reached(self) -> bool:
+        return (self.state.target_s is not None and self.state.best_fitness_s is not None
+                and self.state.best_fitness_s <= self.state.target_s)
+
+    # -- pieces -----------------------------------------------------------------------------
+    def _ask_and_submit(self, run_id: int, pipeline: Pipeline, n: int, generation: int) -> int:
+        n = min(n, self._budget_left())
+        if n <= 0:
+            return 0
+        proposals = self.strategy.ask(n)
+        if proposals:
+            self._store_proposals(run_id, proposals, generation)
+            self._submit(pipeline, [p.genome for p in proposals])
+            self.state.generation = generation
+        return len(proposals)
+
+    def _store_proposals(self, run_id: int, proposals: list[Proposal], generation: int) -> None:
+        rows = [NewIndividual(p.genome.id, p.genome.as_dict(), generation, p.origin,
+                              tuple(ParentLink(parent.id, op, changed) for parent, op, changed in p.parents))
+                for p in proposals]
+        self._individual_ids.update(self.store.add_individuals(run_id, rows))
+        self._generation_of.update({p.genome.id: generation for p in proposals})
+
+    def _submit(self, pipeline: Pipeline, genomes: list[Genome]) -> None:
+        if genomes:
+            pipeline.submit(genomes)
+            self.state.submitted += len(genomes)
+
+    def _record(self, run_id: int, item: Finished, pipeline: Pipeline) -> None:
+        genome, result = item.genome, item.result
+        self.store.record_evaluation(self._individual_ids[genome.id], result)
+        if self.state.anchor_s is None and pipeline.hardware.get("anchor"):
+            self._set_anchor(run_id, pipeline.hardware)
+        self.strategy.tell([Observation(genome, self._generation_of[genome.id], result.status.value, result.fitness_s)])
+        self.state.evaluations += 1
+        if result.status.failed:
+            self.state.failures += 1
+        elif self.state.best_fitness_s is None or result.fitness_s < self.state.best_fitness_s:
+            self.state.best_fitness_s, self.state.best_genome = result.fitness_s, genome
+        self.reporter.evaluated(self.state, genome, result)
+
+    def _set_anchor(self, run_id: int, hardware: dict) -> None:
+        anchor = [dataclasses.asdict(t) for t in hardware["anchor"]]
+        mission = self.family.mission_shape.name
+        self.state.anchor_s = next(t["median_s"] for t in anchor if t["shape"] == mission)
+        if self.target is not None:
+            self.state.target_s = self.target.resolve(self.state.anchor_s)
+        info = {k: v for k, v in hardware.items() if k != "anchor"}
+        self.store.update_run(run_id, hardware=info, anchor=anchor, target_seconds=self.state.target_s)
+
+    def _count(self, entry: HistoryEntry) -> None:
+        self.state.evaluations += 1
+        if entry.fitness_s is None:
+            self.state.failures += 1
+        elif self.state.best_fitness_s is None or entry.fitness_s < self.state.best_fitness_s:
+            self.state.best_fitness_s = entry.fitness_s
+            self.state.best_genome = self.family.space.genome(entry.genome)
+
+    def _outcome(self, run_id: int, status: str) -> SearchOutcome:
+        exit_code = {"target_reached": EXIT_TARGET_REACHED, "space_exhausted": EXIT_SPACE_EXHAUSTED}.get(
+            status, EXIT_BUDGET_EXHAUSTED)
+        if self.target is None and status in ("budget_exhausted", "time_exhausted", "space_exhausted"):
+            exit_code = EXIT_TARGET_REACHED
+        s = self.state
+        return SearchOutcome(run_id, status, exit_code, s.evaluations, s.failures, s.best_genome,
+                             s.best_fitness_s, s.target_s, s.anchor_s, time.monotonic() - s.started)
+
+
+def _describe(outcome: SearchOutcome) -> str:
+    from fitness import format_seconds
+
+    text = f"{outcome.evaluations} evaluations ({outcome.failures} failed); best {format_seconds(outcome.best_fitness_s)}"
+    if outcome.target_s is not None:
+        text += f", target {format_seconds(outcome.target_s)}"
+    return text

@@ -1,0 +1,34 @@
+"""Search strategies behind one ask/tell interface."""
+
+from evo.strategies.base import Observation, Proposal, Strategy
+from evo.strategies.evolution import EvolutionOptions, EvolutionStrategy
+from evo.strategies.optuna_sampler import SAMPLERS, OptunaOptions, OptunaStrategy
+from evo.strategies.random_search import RandomStrategy
+
+STRATEGIES: dict[str, type[Strategy]] = {
+    cls.name: cls for cls in (EvolutionStrategy, RandomStrategy, OptunaStrategy)
+}
+
+
+def make_strategy(name: str, space, *, seed: int, population: int, options=None) -> Strategy:
+    """A strategy by name; ``ValueError`` names an unknown strategy or option."""
+    try:
+        cls = STRATEGIES[name]
+    except KeyError:
+        raise ValueError(f"unknown strategy {name!r}; choose one of {sorted(STRATEGIES)}") from None
+    return cls(space, seed=seed, population=population, options=options)
+
+
+__all__ = [
+    "EvolutionOptions",
+    "EvolutionStrategy",
+    "Observation",
+    "OptunaOptions",
+    "OptunaStrategy",
+    "Proposal",
+    "RandomStrategy",
+    "SAMPLERS",
+    "STRATEGIES",
+    "Strategy",
+    "make_strategy",
+]

@@ -1,0 +1,131 @@
+"""The ask/tell contract every strategy follows.
+
+The framework owns the loop, the batches and the parallelism; a strategy only proposes
+genomes (``ask``) and learns from finished evaluations (``tell``). A strategy keeps no state
+that ``restore`` cannot rebuild from the database's rows: its random stream is derived from
+the run seed and how many genomes it has seen, so a resumed run carries on where it stopped.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import random
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping, Sequence
+
+from kernel_genome import Genome, NoValidGenome, Offspring, Space, sample
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A genome to evaluate, and where it came from (parents with operator and changed knobs)."""
+
+    genome: Genome
+    origin: str  # seed / random / mutation / crossover / repair
+    parents: tuple[tuple[Genome, str, tuple[str, ...]], ...] = ()
+
+    @classmethod
+    def from_offspring(cls, offspring: Offspring) -> "Proposal":
+        links = tuple((p, offspring.operator, offspring.changed_knobs(p)) for p in offspring.parents)
+        return cls(offspring.genome, offspring.origin, links)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A finished evaluation as a strategy sees it: ``fitness_s`` is None when it failed."""
+
+    genome: Genome
+    generation: int
+    status: str
+    fitness_s: float | None
+
+
+class Strategy(abc.ABC):
+    name: ClassVar[str]
+    Options: ClassVar[type] = None  # a frozen dataclass of the strategy's options
+
+    def __init__(self, space: Space, *, seed: int, population: int, options: Mapping[str, Any] | None = None) -> None:
+        if population < 1:
+            raise ValueError(f"population must be at least 1, got {population}")
+        self.space = space
+        self.seed = seed
+        self.population = population
+        self.options = parse_options(self.Options, options or {}, self.name)
+        self.seen: set[str] = set()  # asked or told: never proposed again in this run
+        self.observations: dict[str, Observation] = {}
+        self.seed_genomes: list[Genome] = []
+
+    # -- the contract ---------------------------------------------------------------------
+    @abc.abstractmethod
+    def ask(self, n: int) -> list[Proposal]:
+        """Up to ``n`` new genomes (fewer only when the space has no unseen genome left)."""
+
+    def tell(self, observations: Sequence[Observation]) -> None:
+        for observation in observations:
+            self.seen.add(observation.genome.id)
+            self.observations[observation.genome.id] = observation
+
+    def restore(self, finished: Sequence[Observation], pending: Sequence[Genome]) -> None:
+        """Rebuild the state of a resumed run from the store's rows."""
+        self.seen.update(g.id for g in pending)
+        self.tell(finished)
+
+    def add_seeds(self, genomes: Sequence[Genome]) -> None:
+        """The family's seed genomes, evaluated by the framework itself: never proposed again,
+        and available as parents before any result is in."""
+        self.seen.update(g.id for g in genomes)
+        self.seed_genomes.extend(g for g in genomes if g not in self.seed_genomes)
+
+    # -- helpers for subclasses -----------------------------------------------------------
+    def rng(self) -> random.Random:
+        """A random stream that depends only on the run seed and how much has been seen."""
+        return random.Random(f"{self.name}:{self.seed}:{len(self.seen)}")
+
+    def ranked(self) -> list[Observation]:
+        """Successful observations, fastest first (ties: earliest generation first)."""
+        ok = [o for o in self.observations.values() if o.fitness_s is not None]
+        return sorted(ok, key=lambda o: (o.fitness_s, o.generation, o.genome.id))
+
+    def random_proposals(self, n: int, rng: random.Random, max_tries: int = 200) -> list[Proposal]:
+        proposals: list[Proposal] = []
+        for _ in range(n):
+            for _ in range(max_tries):
+                try:
+                    genome = sample(self.space, rng)
+                except NoValidGenome:
+                    return proposals
+                if genome.id not in self.seen:
+                    self.seen.add(genome.id)
+                    proposals.append(Proposal(genome, "random"))
+                    break
+            else:
+                genome = self._first_unseen()
+                if genome is None:
+                    return proposals
+                self.seen.add(genome.id)
+                proposals.append(Proposal(genome, "random"))
+        return proposals
+
+    def _first_unseen(self, limit: int = 200_000) -> Genome | None:
+        if self.space.size() > limit:
+            return None
+        return next((g for g in self.space.enumerate() if g.id not in self.seen), None)
+
+
+def parse_options(options_class, values: Mapping[str, Any], strategy: str):
+    """Build the strategy's options dataclass; an unknown or ill-typed option is a ValueError."""
+    if options_class is None:
+        if values:
+            raise ValueError(f"strategy {strategy!r} takes no options, got {sorted(values)}")
+        return None
+    fields = {f.name: f for f in dataclasses.fields(options_class)}
+    for key, value in values.items():
+        if key not in fields:
+            raise ValueError(f"strategy {strategy!r} has no option {key!r}; options: {sorted(fields)}")
+        expected = type(fields[key].default)
+        if expected is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, expected) or isinstance(value, bool) != (expected is bool):
+            raise ValueError(f"strategy option {key!r} must be {expected.__name__}, got {value!r}")
+    return options_class(**{k: (float(v) if type(fields[k].default) is float else v) for k, v in values.items()})

@@ -1,0 +1,40 @@
+"""fitness: build, screen, verify, benchmark and score candidates; Ray workers that run them."""
+
+from fitness.build import BuildConfig, Builder, artifact_key, default_cache_dir
+from fitness.evaluate import EvalConfig, Evaluator
+from fitness.records import (
+    BuildResult,
+    EvalResult,
+    ResourceUsage,
+    ScreenResult,
+    ShapeCheck,
+    ShapeTiming,
+    StageSeconds,
+    Status,
+    to_jsonable,
+)
+from fitness.score import Target, fitness, format_seconds
+from fitness.screen import parse_ptxas, screen
+
+__all__ = [
+    "BuildConfig",
+    "BuildResult",
+    "Builder",
+    "EvalConfig",
+    "EvalResult",
+    "Evaluator",
+    "ResourceUsage",
+    "ScreenResult",
+    "ShapeCheck",
+    "ShapeTiming",
+    "StageSeconds",
+    "Status",
+    "Target",
+    "artifact_key",
+    "default_cache_dir",
+    "fitness",
+    "format_seconds",
+    "parse_ptxas",
+    "screen",
+    "to_jsonable",
+]

@@ -1,0 +1,75 @@
+"""Timing one callable the same way for kernels and anchors: warm-up, many runs, robust stats.
+
+CPU: each sample is one call timed with ``perf_counter``. CUDA: each sample is a burst of
+back-to-back launches between two CUDA events, divided by the burst length, so that host
+launch overhead does not dominate microsecond kernels.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from typing import Callable
+
+from fitness.records import ShapeTiming
+from seeds import TimingPlan
+
+CUDA_SAMPLE_TARGET_S = 200e-6  # a CUDA burst should last at least this long
+CUDA_MAX_BURST = 200
+
+
+def summarize(shape: str, samples: list[float]) -> ShapeTiming:
+    ordered = sorted(samples)
+    p90 = ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
+    stdev = statistics.stdev(ordered) if len(ordered) > 1 else 0.0
+    return ShapeTiming(shape, statistics.median(ordered), p90, stdev, len(ordered))
+
+
+def time_runs(run: Callable[[], None], device: str, plan: TimingPlan, shape: str) -> ShapeTiming:
+    if device == "cuda":
+        return summarize(shape, _cuda_samples(run, plan))
+    return summarize(shape, _cpu_samples(run, plan))
+
+
+def _enough(samples: list[float], started: float, plan: TimingPlan) -> bool:
+    if len(samples) >= plan.max_runs:
+        return True
+    return len(samples) >= plan.min_runs and time.perf_counter() - started >= plan.min_seconds
+
+
+def _cpu_samples(run: Callable[[], None], plan: TimingPlan) -> list[float]:
+    for _ in range(plan.warmup):
+        run()
+    samples: list[float] = []
+    started = time.perf_counter()
+    while not _enough(samples, started, plan):
+        t0 = time.perf_counter()
+        run()
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
+def _cuda_samples(run: Callable[[], None], plan: TimingPlan) -> list[float]:
+    import torch
+
+    for _ in range(max(1, plan.warmup)):
+        run()
+    torch.cuda.synchronize()
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    run()
+    end.record()
+    end.synchronize()
+    single = max(begin.elapsed_time(end) * 1e-3, 1e-7)
+    burst = max(1, min(CUDA_MAX_BURST, math.ceil(CUDA_SAMPLE_TARGET_S / single)))
+    samples: list[float] = []
+    started = time.perf_counter()
+    while not _enough(samples, started, plan):
+        begin.record()
+        for _ in range(burst):
+            run()
+        end.record()
+        end.synchronize()
+        samples.append(begin.elapsed_time(end) * 1e-3 / burst)
+    return samples

@@ -1,0 +1,120 @@
+"""Typed records passed between pipeline stages. A failure is data: a status and a message."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class Status(str, enum.Enum):
+    OK = "ok"
+    COMPILE_ERROR = "compile_error"
+    COMPILE_TIMEOUT = "compile_timeout"
+    SCREENED_OUT = "screened_out"
+    INCORRECT = "incorrect"
+    CRASHED = "crashed"
+    TIMEOUT = "timeout"
+    WORKER_LOST = "worker_lost"
+
+    @property
+    def failed(self) -> bool:
+        return self is not Status.OK
+
+
+@dataclass(frozen=True)
+class ResourceUsage:
+    """Static resources the compiler reports (ptxas -v for CUDA)."""
+
+    registers: int | None = None
+    shared_bytes: int | None = None
+    stack_bytes: int | None = None
+    spill_store_bytes: int | None = None
+    spill_load_bytes: int | None = None
+    constant_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    genome_id: str
+    status: Status
+    message: str
+    artifact_key: str | None
+    artifact: bytes | None = field(repr=False)  # travels with the record: any node can load it
+    seconds: float
+    cached: bool
+    log: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True)
+class ScreenResult:
+    genome_id: str
+    status: Status
+    message: str
+    usage: ResourceUsage | None
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ShapeCheck:
+    """Verification of one shape over several trials (worst trial reported)."""
+
+    shape: str
+    passed: bool
+    max_abs_error: float | None
+    rel_l2_error: float | None
+    trials: int
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class ShapeTiming:
+    shape: str
+    median_s: float
+    p90_s: float
+    stdev_s: float
+    runs: int
+
+
+@dataclass(frozen=True)
+class StageSeconds:
+    build: float = 0.0
+    screen: float = 0.0
+    verify: float = 0.0
+    benchmark: float = 0.0
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """The whole pipeline's verdict on one genome. ``fitness_s`` is None unless status is OK."""
+
+    genome_id: str
+    status: Status
+    message: str
+    fitness_s: float | None
+    checks: tuple[ShapeCheck, ...] = ()
+    timings: tuple[ShapeTiming, ...] = ()
+    anchor: tuple[ShapeTiming, ...] = ()
+    usage: ResourceUsage | None = None
+    stages: StageSeconds = StageSeconds()
+    artifact_key: str | None = None
+    worker: str = ""
+
+    def timing(self, shape: str) -> ShapeTiming | None:
+        return next((t for t in self.timings if t.shape == shape), None)
+
+    def anchor_timing(self, shape: str) -> ShapeTiming | None:
+        return next((t for t in self.anchor if t.shape == shape), None)
+
+
+def to_jsonable(value: Any) -> Any:
+    """Records to plain JSON types (enums to their values), for the store."""
+    if hasattr(value, "__dataclass_fields__"):
+        value = asdict(value)
+    if isinstance(value, dict):
+        return {k: to_jsonable(v) for k, v in value.items() if not isinstance(v, bytes)}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, enum.Enum):
+        return value.value
+    return value

@@ -1,0 +1,286 @@
+"""Ray workers: build tasks on CPU workers, long-lived evaluator actors (one per GPU, or one
+for a CPU family), and the supervision that turns their failures into records.
+
+``Pipeline`` takes genomes in and gives back exactly one ``Finished`` per genome, in the order
+they finish; ``Pipeline.evaluate_all`` gives them in input order. Nothing raised by a
+candidate crosses it: a dead actor is a ``crashed`` record, a stuck one a ``timeout`` record,
+and the actor is replaced in both cases (a poisoned process is never reused).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from fitness.build import BuildConfig, Builder
+from fitness.evaluate import EvalConfig, Evaluator
+from fitness.records import BuildResult, EvalResult, ScreenResult, StageSeconds, Status
+from fitness.screen import screen
+from kernel_genome import Genome
+from seeds import KernelFamily, get_family
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    build: BuildConfig
+    evaluation: EvalConfig = EvalConfig()
+    eval_timeout_s: float = 300.0  # one candidate's verify + benchmark, after its anchor is known
+    anchor_timeout_s: float = 600.0
+    evaluators: int | None = None  # None: one per GPU (CUDA families), one (CPU families)
+
+    def __post_init__(self) -> None:
+        for name in ("eval_timeout_s", "anchor_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.evaluators is not None and self.evaluators < 1:
+            raise ValueError(f"evaluators must be at least 1, got {self.evaluators}")
+
+
+@dataclass(frozen=True)
+class Finished:
+    genome: Genome
+    result: EvalResult
+
+
+def build_and_screen(family_ref: str, genome_json: str, config: BuildConfig) -> tuple[BuildResult, ScreenResult]:
+    """Build stage then screen stage for one genome; runs in a Ray CPU task."""
+    family = get_family(family_ref)
+    genome = family.space.genome_from_json(genome_json)
+    try:
+        recipe = family.build_recipe(genome)
+    except Exception as exc:  # a family that cannot render this genome: the genome's failure
+        build = BuildResult(genome.id, Status.COMPILE_ERROR, f"rendering the source failed: {exc}",
+                            None, None, 0.0, False)
+        return build, screen(build, "", family.screen_limits)
+    build = Builder(config).build(genome.id, recipe)
+    return build, screen(build, recipe.output, family.screen_limits)
+
+
+class EvaluatorActor:
+    """Lives in its own Ray worker process and owns one device for its whole life."""
+
+    def __init__(self, family_ref: str, config: EvalConfig, artifact_dir: str) -> None:
+        self.evaluator = Evaluator(get_family(family_ref), config, Path(artifact_dir))
+
+    def describe(self) -> dict:
+        return self.evaluator.describe()
+
+    def anchor(self):
+        return self.evaluator.anchor_timings()
+
+    def evaluate(self, build: BuildResult, screened: ScreenResult) -> EvalResult:
+        return self.evaluator.evaluate(build, screened)
+
+
+@dataclass
+class _Slot:
+    """One evaluator actor and what it is doing."""
+
+    actor: object
+    anchor_ref: object | None = None
+    anchor_started: float = 0.0
+    job: tuple | None = None  # (genome, build, screened, ref, started)
+    hardware: dict = field(default_factory=dict)
+
+
+def start_ray(address: str | None) -> Callable[[], None]:
+    """Connect to ``address`` or start a local Ray instance; returns how to let go of it."""
+    import ray
+
+    if ray.is_initialized():
+        return lambda: None
+    common = dict(logging_level=logging.WARNING, log_to_driver=False, include_dashboard=False)
+    if address:
+        ray.init(address=address, **common)
+    else:
+        ray.init(num_cpus=os.cpu_count() or 1, object_store_memory=256 * 1024 * 1024, **common)
+    return ray.shutdown
+
+
+class Pipeline:
+    def __init__(self, family: KernelFamily, config: PipelineConfig) -> None:
+        import ray
+
+        self._ray = ray
+        self.family = family
+        self.config = config
+        self._build_task = ray.remote(num_cpus=1, max_retries=1)(build_and_screen)
+        resources = {"num_gpus": 1, "num_cpus": 1} if family.device == "cuda" else {"num_cpus": 1}
+        self._actor_class = ray.remote(max_restarts=0, **resources)(EvaluatorActor)
+        self._building: dict = {}  # ObjectRef -> Genome
+        self._unsubmitted: deque = deque()  # genomes whose build waits for the CPU to be free
+        # On a CPU family, compiles and timings would share the cores: never run both at once.
+        self._isolate_timing = family.device == "cpu"
+        self._ready: deque = deque()  # (genome, build, screened) waiting for an evaluator
+        self._finished: list[Finished] = []
+        count = config.evaluators or self._default_evaluators()
+        self._slots = [self._new_slot() for _ in range(count)]
+        self.hardware: dict = {}
+
+    def _default_evaluators(self) -> int:
+        if self.family.device == "cuda":
+            return max(1, int(self._ray.cluster_resources().get("GPU", 0)))
+        return 1
+
+    def _new_slot(self) -> _Slot:
+        actor = self._actor_class.remote(self.family.reference_key, self.config.evaluation,
+                                         str(self.config.build.cache_dir / "loaded"))
+        return _Slot(actor, actor.anchor.remote(), time.monotonic())
+
+    def _replace(self, slot: _Slot) -> None:
+        self._ray.kill(slot.actor, no_restart=True)
+        fresh = self._new_slot()
+        slot.actor, slot.anchor_ref, slot.anchor_started, slot.job = fresh.actor, fresh.anchor_ref, fresh.anchor_started, None
+
+    # -- public API ---------------------------------------------------------------------------
+    def submit(self, genomes: Sequence[Genome]) -> None:
+        self._unsubmitted.extend(genomes)
+        self._launch_builds()
+
+    @property
+    def builds_pending(self) -> int:
+        return len(self._building) + len(self._unsubmitted)
+
+    @property
+    def in_flight(self) -> int:
+        busy = sum(1 for s in self._slots if s.job is not None)
+        return self.builds_pending + len(self._ready) + busy
+
+    def anchor(self) -> tuple:
+        """The anchor timings measured by the first evaluator (waits for them)."""
+        slot = self._slots[0]
+        while slot.anchor_ref is not None:
+            self._step(1.0)
+        return slot.hardware.get("anchor", ())
+
+    def poll(self, timeout_s: float) -> list[Finished]:
+        """Advance the pipeline; return what finished (possibly nothing) within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while not self._finished:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self.in_flight == 0:
+                break
+            self._step(min(remaining, 0.5))
+        done, self._finished = self._finished, []
+        return done
+
+    def evaluate_all(self, genomes: Sequence[Genome]) -> list[EvalResult]:
+        """Evaluate a batch; one result per genome, in the input order."""
+        self.submit(genomes)
+        by_id: dict[str, EvalResult] = {}
+        while len(by_id) < len({g.id for g in genomes}):
+            for item in self.poll(5.0):
+                by_id[item.genome.id] = item.result
+        return [by_id[g.id] for g in genomes]
+
+    def close(self) -> None:
+        for slot in self._slots:
+            self._ray.kill(slot.actor, no_restart=True)
+
+    # -- the machinery ----------------------------------------------------------------------
+    def _timing_now(self) -> bool:
+        return any(s.anchor_ref is not None or s.job is not None for s in self._slots)
+
+    def _launch_builds(self) -> None:
+        if self._isolate_timing and self._timing_now():
+            return
+        while self._unsubmitted:
+            genome = self._unsubmitted.popleft()
+            ref = self._build_task.remote(self.family.reference_key, genome.to_json(), self.config.build)
+            self._building[ref] = genome
+
+    def _step(self, wait_s: float) -> None:
+        ray = self._ray
+        refs = list(self._building)
+        refs += [s.anchor_ref for s in self._slots if s.anchor_ref is not None]
+        refs += [s.job[3] for s in self._slots if s.job is not None]
+        if refs:
+            ray.wait(refs, num_returns=1, timeout=wait_s)
+        self._collect_builds()
+        for slot in self._slots:
+            self._check_slot(slot)
+        self._dispatch()
+        self._launch_builds()
+
+    def _collect_builds(self) -> None:
+        if not self._building:
+            return
+        done, _ = self._ray.wait(list(self._building), num_returns=len(self._building), timeout=0)
+        for ref in done:
+            genome = self._building.pop(ref)
+            try:
+                build, screened = self._ray.get(ref)
+            except Exception as exc:  # the worker died twice (retried once by Ray)
+                self._finish(genome, EvalResult(genome.id, Status.WORKER_LOST, f"build worker lost: {exc}", None))
+                continue
+            if screened.status is Status.OK:
+                self._ready.append((genome, build, screened))
+            else:
+                stages = StageSeconds(build=build.seconds, screen=screened.seconds)
+                self._finish(genome, EvalResult(genome.id, screened.status, screened.message, None,
+                                                usage=screened.usage, stages=stages,
+                                                artifact_key=build.artifact_key))
+
+    def _check_slot(self, slot: _Slot) -> None:
+        ray = self._ray
+        now = time.monotonic()
+        if slot.anchor_ref is not None:
+            ready, _ = ray.wait([slot.anchor_ref], timeout=0)
+            if ready:
+                try:
+                    anchor = ray.get(slot.anchor_ref)
+                    slot.hardware = {**ray.get(slot.actor.describe.remote()), "anchor": anchor}
+                    self.hardware = self.hardware or slot.hardware
+                    slot.anchor_ref = None
+                except Exception as exc:
+                    raise RuntimeError(f"the evaluator could not time the anchor: {exc}") from exc
+            elif now - slot.anchor_started > self.config.anchor_timeout_s:
+                raise RuntimeError(f"the anchor took more than {self.config.anchor_timeout_s:g} s")
+            return
+        if slot.job is None:
+            return
+        genome, build, screened, ref, started = slot.job
+        ready, _ = ray.wait([ref], timeout=0)
+        if ready:
+            try:
+                result = ray.get(ref)
+            except ray.exceptions.RayActorError as exc:
+                result = self._failure(genome, build, screened, Status.CRASHED,
+                                       f"evaluator process died running this kernel: {_short(exc)}", started)
+                self._replace(slot)
+            slot.job = None
+            self._finish(genome, result)
+        elif now - started > self.config.eval_timeout_s:
+            result = self._failure(genome, build, screened, Status.TIMEOUT,
+                                   f"no result after {self.config.eval_timeout_s:g} s; evaluator killed", started)
+            self._replace(slot)
+            self._finish(genome, result)
+
+    def _failure(self, genome, build, screened, status, message, started) -> EvalResult:
+        stages = StageSeconds(build=build.seconds, screen=screened.seconds, verify=time.monotonic() - started)
+        return EvalResult(genome.id, status, message, None, usage=screened.usage, stages=stages,
+                          artifact_key=build.artifact_key)
+
+    def _dispatch(self) -> None:
+        if self._isolate_timing and self._building:
+            return
+        for slot in self._slots:
+            if not self._ready:
+                return
+            if slot.anchor_ref is None and slot.job is None:
+                genome, build, screened = self._ready.popleft()
+                ref = slot.actor.evaluate.remote(build, screened)
+                slot.job = (genome, build, screened, ref, time.monotonic())
+
+    def _finish(self, genome: Genome, result: EvalResult) -> None:
+        self._finished.append(Finished(genome, result))
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__

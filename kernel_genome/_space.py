@@ -1,0 +1,120 @@
+"""Space: named knobs plus constraints between them."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping
+
+from kernel_genome._genome import Genome
+from kernel_genome._knobs import Knob, KnobValue
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A named predicate over a genome's values, e.g. ``block_m * block_n * 4 <= 49152``."""
+
+    name: str
+    check: Callable[[Mapping[str, KnobValue]], bool] = field(compare=False)
+    description: str = ""
+
+    def holds(self, values: Mapping[str, KnobValue]) -> bool:
+        return bool(self.check(values))
+
+    def message(self) -> str:
+        return f"constraint {self.name!r} violated" + (f": {self.description}" if self.description else "")
+
+
+class Space:
+    """An immutable set of knobs and constraints; the factory and judge of genomes."""
+
+    def __init__(self, knobs: list[Knob] | tuple[Knob, ...], constraints=()) -> None:
+        names = [k.name for k in knobs]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate knob names: {duplicates}")
+        if not knobs:
+            raise ValueError("a space needs at least one knob")
+        self._knobs: dict[str, Knob] = {k.name: k for k in sorted(knobs, key=lambda k: k.name)}
+        self._constraints: tuple[Constraint, ...] = tuple(constraints)
+
+    @property
+    def knobs(self) -> tuple[Knob, ...]:
+        return tuple(self._knobs.values())
+
+    @property
+    def constraints(self) -> tuple[Constraint, ...]:
+        return self._constraints
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._knobs)
+
+    def knob(self, name: str) -> Knob:
+        try:
+            return self._knobs[name]
+        except KeyError:
+            raise ValueError(f"unknown knob {name!r}; known knobs: {list(self._knobs)}") from None
+
+    def size(self) -> int:
+        """Number of knob combinations before constraints."""
+        return math.prod(len(k.values) for k in self._knobs.values())
+
+    def genome(self, values: Mapping[str, Any]) -> Genome:
+        """Validate a full setting of every knob (not the constraints) and return its genome.
+
+        Raises ``ValueError`` naming an unknown knob, a missing knob or a value outside a domain.
+        """
+        if not isinstance(values, Mapping):
+            raise ValueError(f"a genome must be a mapping of knob names to values, not {type(values).__name__}")
+        for name in values:
+            if name not in self._knobs:
+                raise ValueError(f"unknown knob {name!r}; known knobs: {list(self._knobs)}")
+        missing = [n for n in self._knobs if n not in values]
+        if missing:
+            raise ValueError(f"genome is missing knob(s) {missing}")
+        return Genome.from_mapping({n: k.validate(values[n]) for n, k in self._knobs.items()})
+
+    def genome_from_json(self, text: str) -> Genome:
+        try:
+            values = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"genome JSON is malformed: {exc}") from None
+        return self.genome(values)
+
+    def violations(self, genome: Genome) -> list[str]:
+        """Messages naming each violated constraint (empty when the genome is valid)."""
+        values = genome.as_dict()
+        out = []
+        for c in self._constraints:
+            try:
+                ok = c.holds(values)
+            except Exception as exc:  # a constraint that cannot be evaluated is violated
+                out.append(f"{c.message()} (evaluating it raised {type(exc).__name__}: {exc})")
+                continue
+            if not ok:
+                out.append(c.message())
+        return out
+
+    def is_valid(self, genome: Genome) -> bool:
+        return not self.violations(genome)
+
+    def check(self, genome: Genome) -> Genome:
+        """Return the genome if it satisfies every constraint, else raise ``ValueError``."""
+        problems = self.violations(genome)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return genome
+
+    def distance(self, a: Genome, b: Genome) -> float:
+        return sum(self._knobs[n].distance(a[n], b[n]) for n in self._knobs)
+
+    def enumerate(self) -> Iterator[Genome]:
+        """Every valid genome (use only on small spaces)."""
+        names = list(self._knobs)
+        for combo in itertools.product(*(self._knobs[n].values for n in names)):
+            genome = Genome.from_mapping(dict(zip(names, combo)))
+            if self.is_valid(genome):
+                yield genome

@@ -1,0 +1,146 @@
+"""What a kernel family is: a spec (space, seeds, shapes, reference, anchor) plus sources.
+
+Nothing else in evo knows a family by name; the pipeline talks to families only through
+``KernelFamily``.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+from kernel_genome import Genome, Space
+
+Device = Literal["cpu", "cuda"]
+
+
+@dataclass(frozen=True)
+class ProblemShape:
+    """One problem size of a family, e.g. ``ProblemShape("mission", (("m", 256), ...))``."""
+
+    name: str
+    dims: tuple[tuple[str, int], ...]
+    mission: bool = False
+
+    def __getitem__(self, key: str) -> int:
+        return dict(self.dims)[key]
+
+    def label(self) -> str:
+        return f"{self.name}(" + ",".join(f"{k}={v}" for k, v in self.dims) + ")"
+
+
+def shape(name: str, *, mission: bool = False, **dims: int) -> ProblemShape:
+    return ProblemShape(name, tuple(dims.items()), mission)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Pass when max |out - ref| <= max_abs and ||out - ref|| / ||ref|| <= max_rel_l2."""
+
+    max_abs: float
+    max_rel_l2: float
+
+
+@dataclass(frozen=True)
+class BuildRecipe:
+    """Everything the builder needs, and everything that goes into the cache key."""
+
+    source: str
+    source_name: str
+    compiler: Literal["c++", "nvcc"]
+    flags: tuple[str, ...]
+    output: Literal["shared_library", "cubin"]
+    include_dirs: tuple[Path, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class TimingPlan:
+    """How hard to time one shape: warm-up launches, then runs until both minimums are met."""
+
+    warmup: int = 3
+    min_runs: int = 10
+    max_runs: int = 200
+    min_seconds: float = 0.05
+
+
+@dataclass(frozen=True)
+class ScreenLimits:
+    """Static limits a built kernel must meet; ``None`` means unchecked.
+
+    Defaults are Hopper's: 255 registers a thread, 227 KiB of shared memory a block, no spills.
+    """
+
+    max_registers: int | None = 255
+    max_shared_bytes: int | None = 227 * 1024
+    max_spill_bytes: int | None = 0
+    max_stack_bytes: int | None = None
+
+
+class KernelFamily(abc.ABC):
+    """A family of kernels over one problem. Subclass it in ``seeds/<name>/spec.py`` as FAMILY."""
+
+    name: str
+    description: str
+    device: Device
+    space: Space
+    seed_genomes: tuple[Genome, ...]
+    shapes: tuple[ProblemShape, ...]
+    tolerance: Tolerance
+    anchor_name: str
+    timing: TimingPlan = TimingPlan()
+    screen_limits: ScreenLimits = ScreenLimits()
+    lookup_name: str = ""  # how the registry found it (a built-in name or "module:ATTRIBUTE")
+
+    @property
+    def reference_key(self) -> str:
+        """What another process passes to ``get_family`` to load this same family."""
+        return self.lookup_name or self.name
+
+    @property
+    def mission_shape(self) -> ProblemShape:
+        missions = [s for s in self.shapes if s.mission]
+        if len(missions) != 1:
+            raise ValueError(f"family {self.name!r} must mark exactly one mission shape")
+        return missions[0]
+
+    @abc.abstractmethod
+    def build_recipe(self, genome: Genome) -> BuildRecipe:
+        """The rendered source and compiler flags for one genome."""
+
+    @abc.abstractmethod
+    def make_inputs(self, shape: ProblemShape, generator: Any) -> tuple[Any, ...]:
+        """Fresh random input tensors for ``shape`` drawn from ``generator`` (a torch.Generator)."""
+
+    @abc.abstractmethod
+    def make_output(self, shape: ProblemShape) -> Any:
+        """An output tensor for ``shape`` (the evaluator poisons it before every run)."""
+
+    @abc.abstractmethod
+    def reference(self, shape: ProblemShape, inputs: Sequence[Any]) -> Any:
+        """The exact answer, computed by PyTorch in higher precision."""
+
+    @abc.abstractmethod
+    def load(self, artifact: Path) -> Any:
+        """Load a built artifact (shared library or cubin) into a callable handle."""
+
+    @abc.abstractmethod
+    def launch(self, kernel: Any, shape: ProblemShape, inputs: Sequence[Any], output: Any) -> None:
+        """Run the kernel once on the inputs, writing ``output``."""
+
+    @abc.abstractmethod
+    def anchor(self, shape: ProblemShape, inputs: Sequence[Any]) -> Any:
+        """What a user would run instead (e.g. torch.matmul); timed the same way as kernels."""
+
+    def flops(self, shape: ProblemShape) -> float:
+        return 0.0
+
+    def bytes_moved(self, shape: ProblemShape) -> float:
+        return 0.0
+
+    def prepare_evaluator(self) -> None:
+        """Called once in the evaluator process before anything is timed (e.g. thread counts)."""
+
+    def knob_summary(self) -> list[tuple[str, str]]:
+        return [(k.name, k.describe()) for k in self.space.knobs]
