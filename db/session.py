@@ -43,7 +43,7 @@ def resolve_url(value: str | None) -> URL:
         return URL.create("sqlite", database=str(path.resolve()))
     try:
         url = make_url(text)
-    except ArgumentError:
+    except (ArgumentError, ValueError):
         raise ValueError("database URL is malformed (expected e.g. sqlite:///evo.db or "
                          "postgresql://user@host/db)") from None
     try:

@@ -169,7 +169,7 @@ class Store:
             return list(s.execute(
                 select(Individual, Evaluation).join(Evaluation).where(
                     Individual.run_id == run_id, Evaluation.status == Status.OK.value)
-                .order_by(Evaluation.fitness_s, Individual.id).limit(limit)).tuples())
+                .order_by(Evaluation.fitness_s, Individual.id).limit(limit)).all())
 
 
 def _run_info(run: Run, evaluations: int, best: float | None) -> RunInfo:

@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--budget", type=_positive_int, help="evaluations, seeds included (default 100)")
     search.add_argument("--time-budget", help="wall-clock limit: 90s, 10m, 1h")
     search.add_argument("--strategy", help="evolution (default), random or optuna")
-    search.add_argument("--sampler", help="Optuna sampler for --strategy optuna: tpe (default), random, qmc, "
+    search.add_argument("--sampler", help="Optuna sampler for --strategy optuna: tpe (default), random, "
                                           "nsgaii, bruteforce")
     search.add_argument("--population", type=_positive_int, help="genomes per generation (default 8)")
     search.add_argument("--seed", type=_int, help="random seed of the strategy (default 0)")

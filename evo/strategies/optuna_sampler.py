@@ -9,6 +9,7 @@ again; if that keeps happening the last suggestion is repaired to the nearest va
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -19,7 +20,7 @@ from optuna.trial import TrialState, create_trial
 from evo.strategies.base import Observation, Proposal, Strategy
 from kernel_genome import Genome, repair
 
-SAMPLERS = ("tpe", "random", "qmc", "nsgaii", "bruteforce")
+SAMPLERS = ("tpe", "random", "nsgaii", "bruteforce")  # qmc and gp would need scipy
 MAX_REJECTED = 20  # suggestions rejected in a row before repairing one
 
 
@@ -53,11 +54,11 @@ class OptunaStrategy(Strategy):
                                               n_startup_trials=self.options.n_startup_trials)
         if name == "random":
             return optuna.samplers.RandomSampler(seed=seed)
-        if name == "qmc":
-            return optuna.samplers.QMCSampler(seed=seed, warn_independent_sampling=False)
         if name == "nsgaii":
             return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(2, self.population))
-        return optuna.samplers.BruteForceSampler(seed=seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.BruteForceSampler(seed=seed)
 
     def ask(self, n: int) -> list[Proposal]:
         proposals: list[Proposal] = []

@@ -1,0 +1,23 @@
+// A test-only family whose MODE knob picks a deliberate fault:
+// 0 correct, 1 wrong answer, 2 NaN, 3 output never written, 4 segfault, 5 infinite loop,
+// 6 does not compile. out[i] = SCALE * a[i] + b[i].
+#include <cmath>
+
+#if MODE == 6
+#error "deliberate compile error (MODE 6)"
+#endif
+
+extern "C" void evo_axpy(const float* a, const float* b, float* out, int n) {
+    if (MODE == 3) return;
+    if (MODE == 4) {
+        volatile float* nowhere = nullptr;
+        *nowhere = 1.0f;
+    }
+    if (MODE == 5) {
+        volatile int forever = 1;
+        while (forever) {
+        }
+    }
+    for (int i = 0; i < n; ++i) out[i] = SCALE * a[i] + b[i] + (MODE == 1 ? 0.5f : 0.0f);
+    if (MODE == 2) out[n / 2] = NAN;
+}

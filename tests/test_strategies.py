@@ -1,0 +1,135 @@
+import math
+
+import pytest
+
+from evo.strategies import SAMPLERS, STRATEGIES, EvolutionStrategy, Observation, make_strategy
+from seeds import get_family
+
+FAMILY = get_family("cpu_gemm")
+SPACE = FAMILY.space
+SEED = FAMILY.seed_genomes[0]
+
+
+def synthetic_time(genome) -> float | None:
+    """A smooth stand-in for a kernel's time (fails for one corner, like a wrong kernel)."""
+    g = genome.as_dict()
+    if g["block_k"] == 8 and g["pack_b"]:
+        return None
+    t = 1.0 + abs(math.log2(g["block_m"]) - 6) + abs(math.log2(g["block_n"]) - 7) + abs(math.log2(g["block_k"]) - 7)
+    t += {"ijk": 6.0, "ikj": 2.0, "register": 0.0}[g["loop_order"]] + (4 - g["threads"]) * 0.5
+    t += abs(g["vec_width"] - 16) / 8 + abs(g["rows_per_step"] - 4) / 4
+    return t * 1e-4
+
+
+def run_rounds(strategy, rounds, batch=8, generation=0):
+    asked = []
+    for r in range(rounds):
+        proposals = strategy.ask(batch)
+        asked += proposals
+        strategy.tell([Observation(p.genome, generation + r, "ok" if synthetic_time(p.genome) else "incorrect",
+                                   synthetic_time(p.genome)) for p in proposals])
+    return asked
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_strategy_proposes_valid_distinct_unseen_genomes(name):
+    strategy = make_strategy(name, SPACE, seed=1, population=8)
+    strategy.add_seeds([SEED])
+    strategy.tell([Observation(SEED, 0, "ok", synthetic_time(SEED))])
+    asked = run_rounds(strategy, 6, generation=1)
+    ids = [p.genome.id for p in asked]
+    assert len(ids) == 48 and len(set(ids)) == 48 and SEED.id not in ids
+    assert all(SPACE.is_valid(p.genome) for p in asked)
+
+
+def test_evolution_children_carry_lineage_and_elites_get_children():
+    strategy = make_strategy("evolution", SPACE, seed=2, population=8, options={"elite": 2})
+    strategy.add_seeds([SEED])
+    first = strategy.ask(7)  # before any result: variations of the seed, with lineage
+    assert all(p.parents and p.parents[0][0] == SEED for p in first)
+    strategy.tell([Observation(SEED, 0, "ok", synthetic_time(SEED))]
+                  + [Observation(p.genome, 0, "ok", synthetic_time(p.genome)) for p in first])
+    best_two = [o.genome for o in strategy.ranked()[:2]]
+    children = strategy.ask(8)
+    assert all(p.parents for p in children)
+    assert {p.origin for p in children} <= {"mutation", "crossover", "repair"}
+    parents = [parent for p in children for parent, _, _ in p.parents]
+    assert all(elite in parents for elite in best_two)
+    for p in children:
+        for parent, operator, changed in p.parents:
+            assert tuple(changed) == parent.differing_knobs(p.genome) and operator.split("+")[0] in ("mutation", "crossover")
+
+
+def test_evolution_raises_mutation_strength_on_stagnation():
+    strategy = EvolutionStrategy(SPACE, seed=0, population=4, options={"stagnation_patience": 2})
+    strategy.tell([Observation(SEED, 0, "ok", 1.0)])
+    assert strategy.strength() == 1
+    for generation in range(1, 5):  # four generations, none better than the seed
+        genome = SPACE.genome({**SEED.as_dict(), "block_m": [8, 16, 64, 128][generation - 1]})
+        strategy.tell([Observation(genome, generation, "ok", 2.0)])
+    assert strategy.stagnant_generations() == 4 and strategy.strength() == 3
+    better = SPACE.genome({**SEED.as_dict(), "block_m": 256})
+    strategy.tell([Observation(better, 5, "ok", 0.5)])
+    assert strategy.stagnant_generations() == 0 and strategy.strength() == 1
+
+
+def test_evolution_beats_random_search_on_a_smooth_objective():
+    def best_after(name, seed):
+        strategy = make_strategy(name, SPACE, seed=seed, population=8)
+        strategy.add_seeds([SEED])
+        strategy.tell([Observation(SEED, 0, "ok", synthetic_time(SEED))])
+        run_rounds(strategy, 16, generation=1)
+        return strategy.ranked()[0].fitness_s
+
+    optimum = 1e-4
+    evolution = [best_after("evolution", s) for s in range(6)]
+    random_search = [best_after("random", s) for s in range(6)]
+    assert sum(evolution) < sum(random_search)
+    assert sum(1 for t in evolution if t <= optimum * 1.01) >= 4
+
+
+@pytest.mark.parametrize("name", ["evolution", "random"])
+def test_state_is_rebuilt_from_the_store_rows(name):
+    original = make_strategy(name, SPACE, seed=5, population=8)
+    original.add_seeds([SEED])
+    original.tell([Observation(SEED, 0, "ok", synthetic_time(SEED))])
+    asked = run_rounds(original, 3, generation=1)
+    pending = [p.genome for p in original.ask(8)]  # asked, never finished (the driver was killed)
+    finished = [Observation(SEED, 0, "ok", synthetic_time(SEED))] + [
+        Observation(p.genome, 1 + i // 8, "ok" if synthetic_time(p.genome) else "incorrect", synthetic_time(p.genome))
+        for i, p in enumerate(asked)]
+    rebuilt = make_strategy(name, SPACE, seed=5, population=8)
+    rebuilt.add_seeds([SEED])
+    rebuilt.restore(finished, pending)
+    assert [p.genome.id for p in rebuilt.ask(8)] == [p.genome.id for p in original.ask(8)]
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_optuna_samplers_drive_through_ask_tell_and_restore(sampler):
+    strategy = make_strategy("optuna", SPACE, seed=0, population=6, options={"sampler": sampler, "n_startup_trials": 4})
+    strategy.add_seeds([SEED])
+    strategy.tell([Observation(SEED, 0, "ok", synthetic_time(SEED))])
+    asked = run_rounds(strategy, 3, batch=6, generation=1)
+    assert len({p.genome.id for p in asked}) == len(asked) == 18
+    complete = [t for t in strategy.study.trials if t.state.name == "COMPLETE"]
+    assert len(complete) == 1 + sum(1 for p in asked if synthetic_time(p.genome) is not None)
+    rebuilt = make_strategy("optuna", SPACE, seed=0, population=6, options={"sampler": sampler})
+    rebuilt.add_seeds([SEED])
+    rebuilt.restore([Observation(p.genome, 1, "ok", synthetic_time(p.genome)) for p in asked], [])
+    more = rebuilt.ask(6)
+    assert len(more) == 6 and not ({p.genome.id for p in more} & {p.genome.id for p in asked})
+
+
+def test_options_are_validated_by_name():
+    with pytest.raises(ValueError, match="no option 'elitism'"):
+        make_strategy("evolution", SPACE, seed=0, population=8, options={"elitism": 2})
+    with pytest.raises(ValueError, match="'elite' must be int"):
+        make_strategy("evolution", SPACE, seed=0, population=8, options={"elite": "two"})
+    with pytest.raises(ValueError, match="crossover_rate"):
+        make_strategy("evolution", SPACE, seed=0, population=8, options={"crossover_rate": 2})
+    with pytest.raises(ValueError, match="unknown Optuna sampler 'cmaes'"):
+        make_strategy("optuna", SPACE, seed=0, population=8, options={"sampler": "cmaes"})
+    with pytest.raises(ValueError, match="unknown strategy 'annealing'"):
+        make_strategy("annealing", SPACE, seed=0, population=8)
+    with pytest.raises(ValueError, match="takes no options"):
+        make_strategy("random", SPACE, seed=0, population=8, options={"x": 1})
