@@ -145,15 +145,19 @@ def cmd_show(args, console: Console) -> int:
     if run.hardware:
         console.print("hardware: " + ", ".join(f"{k}={v}" for k, v in run.hardware.items()), highlight=False)
     table = Table(title="best individuals")
-    for column in ("rank", "individual", "genome id", "gen", "origin", "time", "speedup vs anchor", "genome"):
+    for column in ("rank", "individual", "genome id", "gen", "origin", "time", "speedup vs anchor"):
         table.add_column(column)
-    for rank, (individual, evaluation) in enumerate(store.best(run.id, args.top), 1):
+    best = store.best(run.id, args.top)
+    for rank, (individual, evaluation) in enumerate(best, 1):
+        # the anchor timed in the same process as this kernel
         own_anchor = _mission_anchor(evaluation.anchor, run.family) or anchor
         speedup = f"{own_anchor / evaluation.fitness_s:.2f}x" if own_anchor else "-"
-        genome = " ".join(f"{k}={v}" for k, v in sorted(individual.genome.items()))
         table.add_row(str(rank), str(individual.id), individual.genome_id, str(individual.generation),
-                      individual.origin, format_seconds(evaluation.fitness_s), speedup, genome)
+                      individual.origin, format_seconds(evaluation.fitness_s), speedup)
     console.print(table)
+    for rank, (individual, _) in enumerate(best, 1):
+        genome = " ".join(f"{k}={v}" for k, v in sorted(individual.genome.items()))
+        console.print(f"#{rank} genome {individual.genome_id}: {genome}", highlight=False, soft_wrap=True)
     counts = store.failure_counts(run.id)
     console.print("statuses: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none yet"),
                   highlight=False)

@@ -18,7 +18,7 @@ def _best_line(state: LoopState) -> str:
     best = format_seconds(state.best_fitness_s)
     parts = [f"best {best}"]
     if state.best_fitness_s is not None and state.anchor_s:
-        parts.append(f"({state.anchor_s / state.best_fitness_s:.2f}x anchor speed)")
+        parts.append(f"(speedup {state.anchor_s / state.best_fitness_s:.2f}x vs anchor)")
     if state.target_s is not None:
         parts.append(f"target {format_seconds(state.target_s)}")
     return " ".join(parts)

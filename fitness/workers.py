@@ -95,6 +95,8 @@ def start_ray(address: str | None) -> Callable[[], None]:
     if ray.is_initialized():
         return lambda: None
     common = dict(logging_level=logging.WARNING, log_to_driver=False, include_dashboard=False)
+    # Ray warns on every start that token authentication is on; that is Ray's default, not news.
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     if address:
         ray.init(address=address, **common)
     else:

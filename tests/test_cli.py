@@ -1,0 +1,152 @@
+"""Bad input anywhere: one clear line, exit code 2, nothing written."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from evo.cli import main
+from evo.experiment import load_experiment, parse_duration
+from fitness import Target
+
+
+def run_bad(argv, capsys, tmp_path, expected):
+    db = tmp_path / "evo.db"
+    code = main([*argv, "--db", str(db)] if argv[0] in ("search", "show", "runs") else argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, err
+    assert len(lines) == 1, err
+    assert expected in lines[0]
+    assert not db.exists() and not list(tmp_path.glob("evo.db*"))
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["search", "--family", "nope"], "unknown family 'nope'"),
+    (["search", "--strategy", "annealing"], "unknown strategy 'annealing'"),
+    (["search", "--target", "fast"], "target 'fast' is not a time"),
+    (["search", "--target=-3us"], "target '-3us' is not a time"),
+    (["search", "--target", "0us"], "target '0us' must be positive"),
+    (["search", "--budget", "0"], "must be positive"),
+    (["search", "--budget", "ten"], "not an integer"),
+    (["search", "--time-budget", "soon"], "is not a duration"),
+    (["search", "--population", "-1"], "must be positive"),
+    (["search", "--sampler", "tpe"], "--sampler applies to --strategy optuna only"),
+    (["search", "--strategy", "optuna", "--sampler", "cmaes"], "unknown Optuna sampler 'cmaes'"),
+    (["search", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+    (["search", "--resume", "3"], "no database at"),
+    (["search", "--resume", "3", "--family", "cpu_gemm"], "--resume continues a run with its own settings"),
+    (["search", "--family", "tests.families.nowhere:FAMILY"], "cannot import"),
+    (["show", "1"], "no database at"),
+    (["show", "one"], "not an integer"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_flags(argv, expected, capsys, tmp_path):
+    run_bad(argv, capsys, tmp_path, expected)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("[search]\nfamily = \"cpu_gemm\"\nbudget = \"forty\"\n", "search.budget has the wrong type"),
+    ("[search]\nfamilly = \"cpu_gemm\"\n", "unknown key search.familly"),
+    ("[serch]\n", "unknown section(s) ['serch']"),
+    ("[search\nfamily=1", "is not valid TOML"),
+    ("[search]\nfamily = \"cpu_gemm\"\n[strategy]\nelitism = 3\n", "no option 'elitism'"),
+    ("[search]\nfamily = \"cpu_gemm\"\ntime_budget = \"-5m\"\n", "time_budget"),
+])
+def test_bad_experiment_files(text, expected, capsys, tmp_path):
+    experiment = tmp_path / "bad.toml"
+    experiment.write_text(text)
+    run_bad(["search", "--experiment", str(experiment)], capsys, tmp_path, expected)
+
+
+def test_missing_experiment_file(capsys, tmp_path):
+    run_bad(["search", "--experiment", str(tmp_path / "none.toml")], capsys, tmp_path, "does not exist")
+
+
+def test_bad_database_urls_never_echo_the_password(capsys, tmp_path):
+    for url, expected in [("postgresql://me:hunter2@host:port/db", "malformed"),
+                          ("nosuch://me:hunter2@host/db", "unknown backend"),
+                          (str(tmp_path / "missing" / "evo.db"), "does not exist")]:
+        assert main(["search", "--budget", "3", "--db", url]) == 2
+        err = capsys.readouterr().err
+        assert expected in err and "hunter2" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_outdated_database_is_refused_with_the_upgrade_hint(capsys, tmp_path):
+    from db import Database, resolve_url
+
+    db = tmp_path / "old.db"
+    database = Database(resolve_url(str(db))).open()
+    with database.engine.begin() as connection:
+        connection.exec_driver_sql("UPDATE alembic_version SET version_num = '0000old'")
+    assert main(["runs", "--db", str(db)]) == 2
+    assert "evo db upgrade" in capsys.readouterr().err
+
+
+def test_experiment_file_is_read_and_flags_override_it(tmp_path):
+    experiment = tmp_path / "e.toml"
+    experiment.write_text('[search]\nfamily = "cpu_gemm"\nbudget = 12\ntime_budget = "2m"\ntarget = "0.5x"\n'
+                          '[strategy]\nelite = 3\n')
+    settings_, options = load_experiment(experiment)
+    assert settings_ == {"family": "cpu_gemm", "budget": 12, "time_budget_s": 120.0, "target": "0.5x"}
+    assert options == {"elite": 3}
+
+
+def test_shipped_experiment_files_are_valid():
+    from pathlib import Path
+
+    from evo.search import SearchConfig
+
+    files = sorted(Path(__file__).resolve().parents[1].joinpath("experiments").glob("*.toml"))
+    assert files
+    for path in files:
+        settings_, options = load_experiment(path)
+        SearchConfig(**settings_, strategy_options=options)
+
+
+def test_targets_and_durations():
+    assert Target.parse("40us").seconds == pytest.approx(40e-6)
+    assert Target.parse("2ms").seconds == pytest.approx(2e-3)
+    assert Target.parse("0.5x").anchor_ratio == 0.5 and Target.parse("0.5x").resolve(1e-3) == pytest.approx(5e-4)
+    assert Target.parse("0.5x").resolve(None) is None
+    assert parse_duration("10m", "t") == 600 and parse_duration("1h", "t") == 3600 and parse_duration(90, "t") == 90
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=12))
+def test_target_parser_only_raises_value_error(text):
+    try:
+        target = Target.parse(text)
+    except ValueError:
+        return
+    assert (target.seconds or target.anchor_ratio) > 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.text(max_size=10), st.integers(), st.floats(), st.booleans()))
+def test_duration_parser_only_raises_value_error(value):
+    try:
+        assert parse_duration(value, "x") > 0
+    except ValueError:
+        pass
+
+
+toml_values = st.one_of(st.integers(-5, 10**6), st.text(max_size=6), st.booleans(), st.floats(allow_nan=False),
+                        st.lists(st.integers(), max_size=2))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.sampled_from(["family", "budget", "target", "population", "seed", "trials", "time_budget",
+                                        "strategy", "bogus", "eval_timeout"]), toml_values, max_size=5))
+def test_malformed_experiments_only_raise_value_error(tmp_path_factory, search):
+    import json
+
+    from evo.search import SearchConfig
+
+    lines = ["[search]"] + [f"{k} = {json.dumps(v)}" for k, v in search.items()]
+    path = tmp_path_factory.mktemp("exp") / "x.toml"
+    path.write_text("\n".join(lines) + "\n")
+    try:
+        settings_, options = load_experiment(path)
+        SearchConfig(**{"family": "cpu_gemm", **settings_}, strategy_options=options)
+    except ValueError:
+        pass

@@ -1,0 +1,49 @@
+"""The pipeline through Ray: one record per genome, in order, whatever the candidate does."""
+
+import pytest
+
+from fitness import BuildConfig, EvalConfig, Status
+from fitness.workers import Pipeline, PipelineConfig
+from seeds import get_family
+from tests.conftest import FAULTY
+
+pytestmark = pytest.mark.slow
+
+
+def test_every_fault_becomes_a_record_and_the_pipeline_survives(ray_session, cache_dir):
+    family = get_family(FAULTY)
+    modes = ["ok", "segfault", "wrong", "hang", "nan", "compile_error", "nowrite"]
+    genomes = [family.space.genome({"mode": m, "scale": 2, "pad": i % 4}) for i, m in enumerate(modes)]
+    genomes.append(family.space.genome({"mode": "ok", "scale": 2, "pad": 3}))  # after the faults
+    pipeline = Pipeline(family, PipelineConfig(BuildConfig(cache_dir), EvalConfig(trials=2), eval_timeout_s=4.0))
+    try:
+        results = pipeline.evaluate_all(genomes)
+    finally:
+        pipeline.close()
+    assert [r.genome_id for r in results] == [g.id for g in genomes]
+    statuses = [r.status for r in results]
+    assert statuses == [Status.OK, Status.CRASHED, Status.INCORRECT, Status.TIMEOUT, Status.INCORRECT,
+                        Status.COMPILE_ERROR, Status.INCORRECT, Status.OK]
+    by_mode = dict(zip(modes, results))
+    assert "evaluator process died" in by_mode["segfault"].message
+    assert "evaluator killed" in by_mode["hang"].message
+    assert "NaN/Inf" in by_mode["nan"].message
+    assert "deliberate compile error" in by_mode["compile_error"].message
+    assert all(r.fitness_s is None for r in results[1:-1])
+    assert results[0].fitness_s > 0 and results[-1].fitness_s > 0
+    assert results[-1].anchor and results[-1].anchor[0].median_s > 0  # a fresh evaluator re-timed it
+
+
+def test_cpu_gemm_batch_in_order(ray_session, cache_dir):
+    family = get_family("cpu_gemm")
+    seed = family.seed_genomes[0]
+    faster = family.space.genome({**seed.as_dict(), "loop_order": "register", "vec_width": 16, "rows_per_step": 4,
+                                  "threads": 2, "block_k": 128, "pack_b": True})
+    pipeline = Pipeline(family, PipelineConfig(BuildConfig(cache_dir), EvalConfig(trials=1)))
+    try:
+        results = pipeline.evaluate_all([seed, faster])
+        assert pipeline.hardware["device_kind"] == "cpu"
+    finally:
+        pipeline.close()
+    assert [r.status for r in results] == [Status.OK, Status.OK]
+    assert results[1].fitness_s < results[0].fitness_s / 3  # the knobs matter several times over

@@ -1,0 +1,142 @@
+"""End-to-end searches through Ray on the CPU family, as a user runs them."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from evo.cli import main
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+
+
+def rows(db, query):
+    with sqlite3.connect(db) as connection:
+        return connection.execute(query).fetchall()
+
+
+def check_store_invariants(db):
+    """Every individual evaluated at most once, every non-seed individual has lineage edges."""
+    assert rows(db, "SELECT COUNT(*) FROM evaluations")[0][0] == rows(db, "SELECT COUNT(DISTINCT individual_id) FROM evaluations")[0][0]
+    orphans = rows(db, "SELECT id, origin FROM individuals WHERE origin != 'seed' AND id NOT IN "
+                       "(SELECT child_id FROM lineage_edges)")
+    assert orphans == []
+    failed_with_time = rows(db, "SELECT COUNT(*) FROM evaluations WHERE status != 'ok' AND fitness_s IS NOT NULL")
+    assert failed_with_time[0][0] == 0
+
+
+def test_budget_40_with_an_unreachable_target(ray_session, tmp_path, capsys):
+    db = tmp_path / "evo.db"
+    code = main(["search", "--family", "cpu_gemm", "--budget", "40", "--target", "1us", "--db", str(db), "--trials", "2"])
+    assert code == 3  # budget exhausted before the target
+    assert rows(db, "SELECT COUNT(*) FROM evaluations")[0][0] == 40
+    assert rows(db, "SELECT status, target_seconds FROM runs") == [("budget_exhausted", 1e-6)]
+    statuses = dict(rows(db, "SELECT status, COUNT(*) FROM evaluations GROUP BY status"))
+    assert statuses.get("ok", 0) >= 30
+    generations = rows(db, "SELECT COUNT(DISTINCT generation) FROM individuals")[0][0]
+    assert generations >= 4
+    check_store_invariants(db)
+    (seed_time,), = rows(db, "SELECT fitness_s FROM evaluations JOIN individuals i ON i.id = individual_id "
+                             "WHERE i.origin = 'seed'")
+    (best_time,), = rows(db, "SELECT MIN(fitness_s) FROM evaluations")
+    assert best_time < seed_time / 5  # evolution made it several times faster than the seed
+    capsys.readouterr()
+    assert main(["show", "1", "--db", str(db)]) == 0
+    shown = capsys.readouterr().out
+    assert "best individuals" in shown and "loop_order=" in shown and "speedup" in shown
+    assert "budget_exhausted" in shown and "statuses: " in shown
+    assert main(["runs", "--db", str(db)]) == 0
+    assert "cpu_gemm" in capsys.readouterr().out
+
+
+def test_a_reachable_target_stops_the_search(ray_session, tmp_path):
+    db = tmp_path / "evo.db"
+    code = main(["search", "--family", "cpu_gemm", "--budget", "40", "--target", "8ms", "--db", str(db), "--trials", "1"])
+    assert code == 0
+    (status, target), = rows(db, "SELECT status, target_seconds FROM runs")
+    assert status == "target_reached" and target == pytest.approx(8e-3)
+    count = rows(db, "SELECT COUNT(*) FROM evaluations")[0][0]
+    assert 1 <= count < 40
+    assert rows(db, "SELECT MIN(fitness_s) FROM evaluations")[0][0] <= 8e-3
+    check_store_invariants(db)
+
+
+@pytest.mark.parametrize("extra", [["--strategy", "random"], ["--strategy", "optuna", "--sampler", "tpe"]])
+def test_other_strategies_run_end_to_end(ray_session, tmp_path, extra):
+    db = tmp_path / "evo.db"
+    assert main(["search", "--family", "cpu_gemm", "--budget", "10", "--population", "5", "--db", str(db),
+                 "--trials", "1", *extra]) == 0
+    assert rows(db, "SELECT COUNT(*) FROM evaluations")[0][0] == 10
+    assert rows(db, "SELECT strategy, status FROM runs") == [(extra[1], "budget_exhausted")]
+
+
+def _spawn(args, log):
+    return subprocess.Popen([sys.executable, "-m", "evo", *args], cwd=REPO, stdin=subprocess.DEVNULL,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _wait_for_evaluations(db, n, process, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "the search ended before it could be interrupted"
+        try:
+            if rows(db, "SELECT COUNT(*) FROM evaluations")[0][0] >= n:
+                return
+        except sqlite3.OperationalError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {n} evaluations after {timeout} s")
+
+
+def _reap(process):
+    """Kill what the killed driver left behind (its local Ray agents share its process group)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def test_sigkill_then_resume_loses_nothing_and_repeats_nothing(ray_session, tmp_path):
+    db = tmp_path / "evo.db"
+    with open(tmp_path / "search.log", "w") as log:
+        process = _spawn(["search", "--family", "cpu_gemm", "--budget", "24", "--population", "6", "--db", str(db),
+                          "--trials", "1"], log)
+        try:
+            _wait_for_evaluations(db, 8, process)
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(30)
+        finally:
+            _reap(process)
+    before = rows(db, "SELECT e.id, i.genome_id, e.status, e.fitness_s, e.created_at FROM evaluations e "
+                      "JOIN individuals i ON i.id = e.individual_id ORDER BY e.id")
+    assert 8 <= len(before) < 24
+    assert rows(db, "SELECT status FROM runs") == [("running",)]  # it never got to say goodbye
+    assert main(["search", "--resume", "1", "--db", str(db)]) == 0
+    after = rows(db, "SELECT e.id, i.genome_id, e.status, e.fitness_s, e.created_at FROM evaluations e "
+                     "JOIN individuals i ON i.id = e.individual_id ORDER BY e.id")
+    assert after[: len(before)] == before  # every finished evaluation kept as it was
+    genome_ids = [r[1] for r in after]
+    assert len(after) == 24 and len(set(genome_ids)) == 24  # no genome evaluated twice
+    assert rows(db, "SELECT status FROM runs") == [("budget_exhausted",)]
+    assert rows(db, "SELECT COUNT(*) FROM individuals WHERE id NOT IN (SELECT individual_id FROM evaluations)") == [(0,)]
+    check_store_invariants(db)
+
+
+def test_ctrl_c_stops_cleanly_and_marks_the_run_interrupted(tmp_path):
+    db = tmp_path / "evo.db"
+    with open(tmp_path / "search.log", "w") as log:
+        process = _spawn(["search", "--family", "cpu_gemm", "--budget", "200", "--db", str(db), "--trials", "1"], log)
+        try:
+            _wait_for_evaluations(db, 3, process)
+            os.kill(process.pid, signal.SIGINT)
+            assert process.wait(60) == 130
+        finally:
+            _reap(process)
+    assert rows(db, "SELECT status FROM runs") == [("interrupted",)]
+    assert "--resume" in (tmp_path / "search.log").read_text()
