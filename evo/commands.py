@@ -189,9 +189,9 @@ def cmd_families(args, console: Console) -> int:
             table.add_row(knob.name, knob.describe(), knob.description)
         console.print(table)
         console.print("constraints: " + "; ".join(f"{c.name}: {c.description}" for c in family.space.constraints),
-                      highlight=False)
+                      highlight=False, markup=False)
         console.print("shapes: " + ", ".join(s.label() + (" [mission]" if s.mission else "") for s in family.shapes),
-                      highlight=False)
+                      highlight=False, markup=False)
     return 0
 
 
@@ -215,7 +215,7 @@ def cmd_doctor(args, console: Console) -> int:
         version = ""
         if path:
             out = subprocess.run([path, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
-            version = out[-1] if out else ""
+            version = next((line for line in out if "release" in line), out[0] if out else "")
         row(label, bool(path), f"{path} {version}" if path else f"{command} not on PATH", essential)
     import torch
 
