@@ -17,6 +17,7 @@ from pathlib import Path
 from fitness.benchmark import time_runs
 from fitness.build import ARTIFACT_SUFFIX
 from fitness.records import BuildResult, EvalResult, ScreenResult, ShapeCheck, ShapeTiming, StageSeconds, Status
+from kernel_genome import Genome
 from seeds import KernelFamily, ProblemShape
 
 
@@ -76,14 +77,14 @@ class Evaluator:
         return self._anchor
 
     # -- one candidate ------------------------------------------------------------------------
-    def evaluate(self, build: BuildResult, screened: ScreenResult) -> EvalResult:
+    def evaluate(self, genome: Genome, build: BuildResult, screened: ScreenResult) -> EvalResult:
         stages = StageSeconds(build=build.seconds, screen=screened.seconds)
         common = dict(usage=screened.usage, artifact_key=build.artifact_key, worker=platform.node())
         if screened.status is not Status.OK:
             return EvalResult(build.genome_id, screened.status, screened.message, None, stages=stages, **common)
         anchor = self.anchor_timings()
         try:
-            kernel = self.family.load(self._materialise(build))
+            kernel = self.family.load(self._materialise(build), genome)
         except Exception as exc:
             return EvalResult(build.genome_id, Status.CRASHED, f"loading the artifact failed: {exc}", None,
                               anchor=anchor, stages=stages, **common)

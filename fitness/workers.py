@@ -73,8 +73,9 @@ class EvaluatorActor:
     def anchor(self):
         return self.evaluator.anchor_timings()
 
-    def evaluate(self, build: BuildResult, screened: ScreenResult) -> EvalResult:
-        return self.evaluator.evaluate(build, screened)
+    def evaluate(self, genome_json: str, build: BuildResult, screened: ScreenResult) -> EvalResult:
+        genome = self.evaluator.family.space.genome_from_json(genome_json)
+        return self.evaluator.evaluate(genome, build, screened)
 
 
 @dataclass
@@ -251,11 +252,18 @@ class Pipeline:
         if ready:
             try:
                 result = ray.get(ref)
+                slot.job = None
+                if result.status is Status.CRASHED:
+                    self._replace(slot)  # a kernel fault can poison a CUDA context: never reuse it
             except ray.exceptions.RayActorError as exc:
                 result = self._failure(genome, build, screened, Status.CRASHED,
                                        f"evaluator process died running this kernel: {_short(exc)}", started)
                 self._replace(slot)
-            slot.job = None
+            except ray.exceptions.RayError as exc:  # the evaluator itself raised: still this genome's record
+                result = self._failure(genome, build, screened, Status.CRASHED,
+                                       f"evaluator raised: {_short(exc.cause if hasattr(exc, 'cause') else exc)}",
+                                       started)
+                self._replace(slot)
             self._finish(genome, result)
         elif now - started > self.config.eval_timeout_s:
             result = self._failure(genome, build, screened, Status.TIMEOUT,
@@ -276,7 +284,7 @@ class Pipeline:
                 return
             if slot.anchor_ref is None and slot.job is None:
                 genome, build, screened = self._ready.popleft()
-                ref = slot.actor.evaluate.remote(build, screened)
+                ref = slot.actor.evaluate.remote(genome.to_json(), build, screened)
                 slot.job = (genome, build, screened, ref, time.monotonic())
 
     def _finish(self, genome: Genome, result: EvalResult) -> None:

@@ -122,8 +122,9 @@ class KernelFamily(abc.ABC):
         """The exact answer, computed by PyTorch in higher precision."""
 
     @abc.abstractmethod
-    def load(self, artifact: Path) -> Any:
-        """Load a built artifact (shared library or cubin) into a callable handle."""
+    def load(self, artifact: Path, genome: Genome) -> Any:
+        """Load a built artifact (shared library or cubin) into a handle ``launch`` can run;
+        the genome gives what the launch needs (grid, block, shared memory)."""
 
     @abc.abstractmethod
     def launch(self, kernel: Any, shape: ProblemShape, inputs: Sequence[Any], output: Any) -> None:

@@ -9,7 +9,7 @@ def evaluate(family, genome, tmp_path):
     recipe = family.build_recipe(genome)
     build = Builder(BuildConfig(tmp_path / "cache")).build(genome.id, recipe)
     screened = screen(build, recipe.output, family.screen_limits)
-    return Evaluator(family, EvalConfig(trials=2), tmp_path / "loaded").evaluate(build, screened)
+    return Evaluator(family, EvalConfig(trials=2), tmp_path / "loaded").evaluate(genome, build, screened)
 
 
 def test_cpu_gemm_seed_verifies_and_is_timed_with_its_anchor(tmp_path):

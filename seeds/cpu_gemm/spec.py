@@ -91,7 +91,7 @@ class CpuGemm(KernelFamily):
         a, b = inputs
         return a.double() @ b.double()
 
-    def load(self, artifact: Path):
+    def load(self, artifact: Path, genome):
         library = ctypes.CDLL(str(artifact))
         function = library.evo_gemm
         pointer = ctypes.c_void_p

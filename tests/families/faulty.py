@@ -46,7 +46,7 @@ class FaultyFamily(KernelFamily):
         a, b = inputs
         return 2 * a.double() + b.double()
 
-    def load(self, artifact: Path):
+    def load(self, artifact: Path, genome):
         function = ctypes.CDLL(str(artifact)).evo_axpy
         function.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
         return function

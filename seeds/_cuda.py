@@ -1,0 +1,93 @@
+"""Load cubins and launch their kernels on torch tensors through ``cuda.bindings.driver``.
+
+No torch extension is built: a family compiles its kernel with nvcc to a cubin, and this
+module loads it into torch's own (primary) CUDA context and launches it on torch's current
+stream, so that torch tensors, CUDA events and graphs all see the same work.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+from typing import Any, Sequence
+
+
+class CudaError(RuntimeError):
+    """A CUDA driver call failed; ``name`` is the driver's error name (e.g. CUDA_ERROR_ILLEGAL_ADDRESS)."""
+
+    def __init__(self, call: str, name: str, text: str) -> None:
+        super().__init__(f"{call} failed: {name} ({text})")
+        self.name = name
+
+
+def _driver():
+    from cuda.bindings import driver
+
+    return driver
+
+
+def _check(call: str, result):
+    driver = _driver()
+    error, *values = result if isinstance(result, tuple) else (result,)
+    if error != driver.CUresult.CUDA_SUCCESS:
+        _, name = driver.cuGetErrorName(error)
+        _, text = driver.cuGetErrorString(error)
+        raise CudaError(call, name.decode() if name else str(error), text.decode() if text else "")
+    return values[0] if len(values) == 1 else values
+
+
+def ptr(tensor) -> ctypes.c_void_p:
+    """A kernel argument for a tensor's device pointer (the tensor must be on the GPU)."""
+    if not tensor.is_cuda:
+        raise ValueError("kernel arguments must be CUDA tensors")
+    return ctypes.c_void_p(tensor.data_ptr())
+
+
+class CudaKernel:
+    def __init__(self, module: "CudaModule", name: str, function: Any) -> None:
+        self.module = module  # keeps the module loaded while the kernel lives
+        self.name = name
+        self.function = function
+
+    def set_max_dynamic_shared(self, size: int) -> None:
+        """Allow more than 48 KiB of dynamic shared memory for this kernel."""
+        driver = _driver()
+        attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        _check("cuFuncSetAttribute", driver.cuFuncSetAttribute(self.function, attribute, size))
+
+    def launch(self, grid: Sequence[int], block: Sequence[int], args: Sequence[ctypes._SimpleCData],
+               shared_bytes: int = 0, stream: int | None = None) -> None:
+        """Launch on ``stream`` (default: torch's current stream). ``args`` are ctypes values."""
+        import torch
+
+        driver = _driver()
+        grid3 = tuple(grid) + (1,) * (3 - len(grid))
+        block3 = tuple(block) + (1,) * (3 - len(block))
+        holders = list(args)
+        pointers = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
+        if stream is None:
+            stream = torch.cuda.current_stream().cuda_stream
+        _check(f"cuLaunchKernel({self.name})", driver.cuLaunchKernel(
+            self.function, *grid3, *block3, shared_bytes, driver.CUstream(stream), ctypes.addressof(pointers), 0))
+
+
+class CudaModule:
+    """One loaded cubin (in torch's current device's primary context)."""
+
+    def __init__(self, cubin: bytes | Path) -> None:
+        import torch
+
+        data = cubin.read_bytes() if isinstance(cubin, Path) else bytes(cubin)
+        torch.cuda.init()
+        torch.cuda.synchronize()  # makes torch's primary context current on this thread
+        driver = _driver()
+        _check("cuInit", driver.cuInit(0))
+        self.module = _check("cuModuleLoadData", driver.cuModuleLoadData(data))
+        self._kernels: dict[str, CudaKernel] = {}
+
+    def kernel(self, name: str) -> CudaKernel:
+        if name not in self._kernels:
+            driver = _driver()
+            function = _check(f"cuModuleGetFunction({name})", driver.cuModuleGetFunction(self.module, name.encode()))
+            self._kernels[name] = CudaKernel(self, name, function)
+        return self._kernels[name]

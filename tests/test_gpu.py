@@ -1,0 +1,67 @@
+"""The GPU path: nvcc cubins, ptxas screen, cuda.bindings launches on torch tensors, CUDA-event
+timing, and isolation of kernels that fault or never finish. Needs nvcc (and a GPU to run)."""
+
+import sqlite3
+
+import pytest
+
+from fitness import BuildConfig, Builder, EvalConfig, Status, screen
+from fitness.workers import Pipeline, PipelineConfig
+from seeds import get_family
+
+CUDA_AXPY = "tests.families.cuda_axpy:FAMILY"
+
+
+@pytest.mark.nvcc
+def test_every_cuda_axpy_variant_compiles_and_passes_the_screen(cache_dir):
+    family = get_family(CUDA_AXPY)
+    builder = Builder(BuildConfig(cache_dir))
+    for genome in family.space.enumerate():
+        recipe = family.build_recipe(genome)
+        result = screen(builder.build(genome.id, recipe), recipe.output, family.screen_limits)
+        assert result.status is Status.OK, result.message
+        assert 0 < result.usage.registers <= 255
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_gpu_faults_become_records_and_healthy_kernels_still_run(ray_session, cache_dir):
+    family = get_family(CUDA_AXPY)
+    modes = ["ok", "wrong", "nan", "nowrite", "illegal_address", "hang", "ok"]
+    genomes = [family.space.genome({"mode": m, "threads": [64, 128, 256, 512][i % 4], "per_thread": 1 + (i == 6)})
+               for i, m in enumerate(modes)]
+    pipeline = Pipeline(family, PipelineConfig(BuildConfig(cache_dir), EvalConfig(trials=2), eval_timeout_s=8.0))
+    try:
+        results = pipeline.evaluate_all(genomes)
+        hardware = pipeline.hardware
+    finally:
+        pipeline.close()
+    print("\n".join(f"{m:16} {r.status.value:10} {r.fitness_s} {r.message[:120]}" for m, r in zip(modes, results)))
+    assert [r.status for r in results] == [Status.OK, Status.INCORRECT, Status.INCORRECT, Status.INCORRECT,
+                                           Status.CRASHED, Status.TIMEOUT, Status.OK]
+    assert hardware["device_kind"] == "cuda" and hardware["device"]
+    for ok in (results[0], results[-1]):
+        mission = ok.timing("mission")
+        assert 0 < mission.median_s < 1e-3 and mission.runs >= family.timing.min_runs
+        assert ok.anchor_timing("mission").median_s > 0
+        assert ok.usage.registers > 0
+    assert "never written" in results[3].message
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_gpu_search_end_to_end(ray_session, tmp_path, capsys):
+    from evo.cli import main
+
+    experiment = tmp_path / "gpu.toml"
+    experiment.write_text(f'[search]\nfamily = "{CUDA_AXPY}"\nbudget = 12\npopulation = 6\neval_timeout = "8s"\n'
+                          'trials = 2\n')
+    db = tmp_path / "evo.db"
+    code = main(["search", "--experiment", str(experiment), "--db", str(db)])
+    assert code == 0
+    with sqlite3.connect(db) as connection:
+        statuses = dict(connection.execute("SELECT status, COUNT(*) FROM evaluations GROUP BY status").fetchall())
+        hardware = connection.execute("SELECT hardware FROM runs").fetchone()[0]
+    print(statuses, hardware)
+    assert sum(statuses.values()) == 12 and statuses.get("ok", 0) >= 1
+    assert main(["show", "1", "--db", str(db)]) == 0
