@@ -57,7 +57,7 @@ def main() -> None:
                          statistics.median(r[2] for r in results)))
     finally:
         release()
-    console = Console()
+    console = Console(soft_wrap=True)
     console.print(f"| strategy | median best (us) | median speedup vs anchor | range | median wall (s) |")
     console.print("|---|---|---|---|---|")
     for strategy, best, ratio, low, high, wall in rows:
