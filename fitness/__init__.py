@@ -13,7 +13,7 @@ from fitness.records import (
     Status,
     to_jsonable,
 )
-from fitness.score import Target, fitness, format_seconds
+from fitness.score import Target, format_seconds
 from fitness.screen import parse_ptxas, screen
 
 __all__ = [
@@ -32,7 +32,6 @@ __all__ = [
     "Target",
     "artifact_key",
     "default_cache_dir",
-    "fitness",
     "format_seconds",
     "parse_ptxas",
     "screen",

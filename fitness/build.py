@@ -60,18 +60,19 @@ def compiler_identity(compiler: str) -> str:
         return f"{command}: unavailable ({exc})"
     identity = banner.strip()
     if compiler == "c++":
-        identity += "\n" + platform.machine() + " " + _cpu_model()
+        identity += "\n" + platform.machine() + " " + cpu_name()
     return identity
 
 
-def _cpu_model() -> str:
+def cpu_name() -> str:
+    """The host CPU's model name (what -march=native compiles for)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("model name", "flags")):
-                return line
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor()
+    return platform.processor() or platform.machine()
 
 
 def artifact_key(recipe: BuildRecipe) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fitness.benchmark import time_runs
-from fitness.build import ARTIFACT_SUFFIX
+from fitness.build import ARTIFACT_SUFFIX, cpu_name
 from fitness.records import BuildResult, EvalResult, ScreenResult, ShapeCheck, ShapeTiming, StageSeconds, Status
 from kernel_genome import Genome
 from seeds import KernelFamily, ProblemShape
@@ -52,7 +52,7 @@ class Evaluator:
             info["device"] = torch.cuda.get_device_name()
             info["cuda"] = torch.version.cuda
         else:
-            info["device"] = _cpu_name()
+            info["device"] = cpu_name()
             info["threads"] = torch.get_num_threads()
         return info
 
@@ -165,12 +165,3 @@ class Evaluator:
         return time_runs(lambda: self.family.launch(kernel, shape, inputs, output), self.family.device,
                          self.family.timing, shape.name)
 
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()

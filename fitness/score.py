@@ -1,6 +1,7 @@
 """Score stage: fitness (lower is better) and the search target.
 
-Fitness is the median time at the family's mission shape; a failed candidate has none.
+Fitness is the median time at the family's mission shape (``EvalResult.fitness_s``, set by the
+evaluator); a failed candidate has none.
 A target is an absolute time (``40us``, ``2ms``) or a ratio to the anchor's time (``0.5x``).
 """
 
@@ -10,7 +11,6 @@ import math
 import re
 from dataclasses import dataclass
 
-from fitness.records import EvalResult, Status
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
 _TARGET = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ns|us|µs|ms|s|x)\s*$")
@@ -43,10 +43,6 @@ class Target:
         if anchor_mission_s is None:
             return None
         return self.anchor_ratio * anchor_mission_s
-
-
-def fitness(result: EvalResult) -> float | None:
-    return result.fitness_s if result.status is Status.OK else None
 
 
 def format_seconds(seconds: float | None) -> str:

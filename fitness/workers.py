@@ -154,13 +154,6 @@ class Pipeline:
         busy = sum(1 for s in self._slots if s.job is not None)
         return self.builds_pending + len(self._ready) + busy
 
-    def anchor(self) -> tuple:
-        """The anchor timings measured by the first evaluator (waits for them)."""
-        slot = self._slots[0]
-        while slot.anchor_ref is not None:
-            self._step(1.0)
-        return slot.hardware.get("anchor", ())
-
     def poll(self, timeout_s: float) -> list[Finished]:
         """Advance the pipeline; return what finished (possibly nothing) within ``timeout_s``."""
         deadline = time.monotonic() + timeout_s

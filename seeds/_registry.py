@@ -4,6 +4,7 @@ importable ``module:attribute`` reference."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
 from functools import lru_cache
 
