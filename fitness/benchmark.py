@@ -1,8 +1,9 @@
 """Timing one callable the same way for kernels and anchors: warm-up, many runs, robust stats.
 
-CPU: each sample is one call timed with ``perf_counter``. CUDA: each sample is a burst of
-back-to-back launches between two CUDA events, divided by the burst length, so that host
-launch overhead does not dominate microsecond kernels.
+CPU: each sample is one call timed with ``perf_counter``. CUDA: each sample is one replay of a
+CUDA graph holding a burst of back-to-back launches, between two CUDA events, divided by the
+burst length, so that host launch overhead (tens of microseconds from Python) does not
+dominate microsecond kernels.
 """
 
 from __future__ import annotations
@@ -51,10 +52,16 @@ def _cpu_samples(run: Callable[[], None], plan: TimingPlan) -> list[float]:
 
 
 def _cuda_samples(run: Callable[[], None], plan: TimingPlan) -> list[float]:
+    """Replays of a CUDA graph holding a burst of launches (no host launch overhead in the
+    figure); launches issued from Python between events where the work cannot be captured."""
     import torch
 
-    for _ in range(max(1, plan.warmup)):
-        run()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the default stream, as graph capture requires
+        for _ in range(max(1, plan.warmup)):
+            run()
+    torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     begin.record()
@@ -63,13 +70,33 @@ def _cuda_samples(run: Callable[[], None], plan: TimingPlan) -> list[float]:
     end.synchronize()
     single = max(begin.elapsed_time(end) * 1e-3, 1e-7)
     burst = max(1, min(CUDA_MAX_BURST, math.ceil(CUDA_SAMPLE_TARGET_S / single)))
+    replay = _capture(run, burst)
     samples: list[float] = []
     started = time.perf_counter()
     while not _enough(samples, started, plan):
         begin.record()
-        for _ in range(burst):
-            run()
+        replay()
         end.record()
         end.synchronize()
         samples.append(begin.elapsed_time(end) * 1e-3 / burst)
     return samples
+
+
+def _capture(run: Callable[[], None], burst: int) -> Callable[[], None]:
+    import torch
+
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            for _ in range(burst):
+                run()
+        torch.cuda.synchronize()
+        return graph.replay
+    except RuntimeError:  # not capturable: time the launches themselves
+        torch.cuda.synchronize()
+
+        def launches() -> None:
+            for _ in range(burst):
+                run()
+
+        return launches
