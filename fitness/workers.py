@@ -245,18 +245,16 @@ class Pipeline:
         if ready:
             try:
                 result = ray.get(ref)
-                slot.job = None
-                if result.status is Status.CRASHED:
-                    self._replace(slot)  # a kernel fault can poison a CUDA context: never reuse it
             except ray.exceptions.RayActorError as exc:
                 result = self._failure(genome, build, screened, Status.CRASHED,
                                        f"evaluator process died running this kernel: {_short(exc)}", started)
-                self._replace(slot)
             except ray.exceptions.RayError as exc:  # the evaluator itself raised: still this genome's record
                 result = self._failure(genome, build, screened, Status.CRASHED,
                                        f"evaluator raised: {_short(exc.cause if hasattr(exc, 'cause') else exc)}",
                                        started)
-                self._replace(slot)
+            slot.job = None
+            if result.status is Status.CRASHED:
+                self._replace(slot)  # a dead process, or a kernel fault that may have poisoned the CUDA context
             self._finish(genome, result)
         elif now - started > self.config.eval_timeout_s:
             result = self._failure(genome, build, screened, Status.TIMEOUT,
