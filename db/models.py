@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -86,3 +86,18 @@ class Evaluation(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     individual: Mapped[Individual] = relationship(back_populates="evaluation")
+
+
+class GateCheck(Base):
+    """The hard gate run on a kernel that met the target: re-verified and re-timed N times."""
+
+    __tablename__ = "gate_checks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    individual_id: Mapped[int] = mapped_column(ForeignKey("individuals.id", ondelete="CASCADE"))
+    passed: Mapped[bool] = mapped_column(Boolean)
+    target_s: Mapped[float] = mapped_column(Float)
+    rounds: Mapped[list] = mapped_column(JSON)  # per round: verified, mission_s, message
+    message: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -12,9 +12,9 @@ from datetime import datetime
 
 from sqlalchemy import func, select
 
-from db.models import Evaluation, Individual, LineageEdge, Run, utcnow
+from db.models import Evaluation, GateCheck, Individual, LineageEdge, Run, utcnow
 from db.session import Database
-from fitness.records import EvalResult, Status, to_jsonable
+from fitness.records import EvalResult, GateResult, Status, to_jsonable
 
 RUN_STATUSES = ("running", "target_reached", "budget_exhausted", "time_exhausted", "space_exhausted",
                 "interrupted", "failed")
@@ -153,6 +153,17 @@ class Store:
                 build_stats=to_jsonable(result.usage) if result.usage else None,
                 checks=to_jsonable(result.checks), timings=to_jsonable(result.timings),
                 anchor=to_jsonable(result.anchor), artifact_key=result.artifact_key, worker=result.worker))
+
+    def record_gate(self, run_id: int, individual_id: int, result: GateResult) -> None:
+        with self.database.session() as s:
+            s.add(GateCheck(run_id=run_id, individual_id=individual_id, passed=result.passed,
+                            target_s=result.target_s, rounds=to_jsonable(result.rounds), message=result.message))
+
+    def gates(self, run_id: int) -> list[tuple[GateCheck, Individual]]:
+        """Every hard gate run in this run, oldest first, with the individual it judged."""
+        with self.database.session() as s:
+            return list(s.execute(select(GateCheck, Individual).join(Individual, GateCheck.individual_id == Individual.id)
+                                  .where(GateCheck.run_id == run_id).order_by(GateCheck.id)).all())
 
     def evaluation_count(self, run_id: int) -> int:
         with self.database.session() as s:

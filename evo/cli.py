@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     db_help = "SQLAlchemy URL or SQLite file path (default: $EVO_DB or ./evo.db)"
 
     search = commands.add_parser("search", help="run (or resume) a search")
-    search.add_argument("--family", help="kernel family (see `evo families`)")
+    search.add_argument("--family", help="kernel family (see `evo families`; default flashcore)")
     search.add_argument("--target", help="stop when a kernel is this fast: 40us, 2ms, or 0.5x the anchor")
     search.add_argument("--budget", type=_positive_int, help="evaluations, seeds included (default 100)")
     search.add_argument("--time-budget", help="wall-clock limit: 90s, 10m, 1h")
@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--population", type=_positive_int, help="genomes per generation (default 8)")
     search.add_argument("--seed", type=_int, help="random seed of the strategy (default 0)")
     search.add_argument("--trials", type=_positive_int, help="fresh random inputs per shape when verifying")
+    search.add_argument("--gate-rounds", type=_int, help="hard gate before a target counts: re-verify and re-time "
+                        "the kernel this many times, all within target (default 10; 0: off)")
     search.add_argument("--experiment", help="TOML experiment file (flags override its values)")
     search.add_argument("--resume", type=_positive_int, metavar="RUN", help="continue a stopped run")
     search.add_argument("--db", help=db_help)

@@ -43,8 +43,9 @@ def _open(database: Database, *, create: bool = True) -> Store:
 
 # -- search -------------------------------------------------------------------------------------
 FLAG_FIELDS = {"family": "family", "target": "target", "budget": "budget", "strategy": "strategy",
-               "population": "population", "seed": "seed", "trials": "trials"}
+               "population": "population", "seed": "seed", "trials": "trials", "gate_rounds": "gate_rounds"}
 RESUMABLE_OVERRIDES = {"budget", "time_budget"}
+DEFAULT_FAMILY = "flashcore"  # the product's headline; experiments/flashcore.toml spells out its settings
 
 
 def _search_settings(args) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -66,7 +67,7 @@ def _search_settings(args) -> tuple[dict[str, Any], dict[str, Any]]:
             raise BadInput(str(exc)) from None
     if args.sampler is not None:
         options["sampler"] = args.sampler
-    settings.setdefault("family", "cpu_gemm")
+    settings.setdefault("family", DEFAULT_FAMILY)
     return settings, options
 
 
@@ -77,7 +78,8 @@ def cmd_search(args, console: Console) -> int:
 
     settings, options = _search_settings(args)
     if args.resume is not None:
-        explicit = {f for f in ("family", "target", "strategy", "population", "seed", "trials", "sampler", "experiment")
+        explicit = {f for f in ("family", "target", "strategy", "population", "seed", "trials", "sampler", "experiment",
+                                "gate_rounds")
                     if getattr(args, f) is not None}
         if explicit:
             raise BadInput(f"--resume continues a run with its own settings; only --budget and --time-budget "
@@ -110,9 +112,18 @@ def cmd_search(args, console: Console) -> int:
     except ValueError as exc:
         raise BadInput(str(exc)) from None
     database = _database(args, must_exist=False)
+    if family.device == "cuda" and args.ray_address is None and not _local_gpu():
+        raise BadInput(f"family {family.name} runs on a CUDA GPU and this machine has none "
+                       f"(use --ray-address for a cluster with GPUs, or a CPU family such as --family cpu_gemm)")
     store = _open(database)
     search = Search(config, store, ConsoleReporter(console, budget=config.budget), ray_address=args.ray_address)
     return search.start().exit_code
+
+
+def _local_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 # -- reading the store ------------------------------------------------------------------------
@@ -142,8 +153,13 @@ def cmd_show(args, console: Console) -> int:
     console.print(f"[bold]run {run.id}[/]: family {run.family}, strategy {run.strategy}, status {run.status}, "
                   f"{run.evaluations} evaluations; target {run.target or '-'} "
                   f"({format_seconds(run.target_seconds)}); anchor {format_seconds(anchor)}", highlight=False)
-    if run.hardware:
-        console.print("hardware: " + ", ".join(f"{k}={v}" for k, v in run.hardware.items()), highlight=False)
+    hardware = dict(run.hardware or {})
+    secondary = hardware.pop("secondary_anchors", None) or {}
+    if hardware:
+        console.print("hardware: " + ", ".join(f"{k}={v}" for k, v in hardware.items()), highlight=False)
+    for name, timings in secondary.items():
+        console.print(f"also timed in the evaluator: {name}: "
+                      f"{format_seconds(_mission_anchor(timings, run.family))} at the mission shape", highlight=False)
     table = Table(title="best individuals")
     for column in ("rank", "individual", "genome id", "gen", "origin", "time", "speedup vs anchor"):
         table.add_column(column)
@@ -158,6 +174,12 @@ def cmd_show(args, console: Console) -> int:
     for rank, (individual, _) in enumerate(best, 1):
         genome = " ".join(f"{k}={v}" for k, v in sorted(individual.genome.items()))
         console.print(f"#{rank} genome {individual.genome_id}: {genome}", highlight=False, soft_wrap=True)
+    for gate, individual in store.gates(run.id):
+        times = [r["mission_s"] for r in gate.rounds if r["mission_s"] is not None]
+        spread = f"{format_seconds(min(times))}..{format_seconds(max(times))}" if times else "no timing"
+        verdict = "passed" if gate.passed else f"failed: {gate.message}"
+        console.print(f"hard gate on individual {individual.id} ({individual.genome_id}): {len(gate.rounds)} rounds, "
+                      f"{spread} vs target {format_seconds(gate.target_s)}: {verdict}", highlight=False)
     counts = store.failure_counts(run.id)
     console.print("statuses: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none yet"),
                   highlight=False)

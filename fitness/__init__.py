@@ -5,6 +5,8 @@ from fitness.evaluate import EvalConfig, Evaluator
 from fitness.records import (
     BuildResult,
     EvalResult,
+    GateResult,
+    GateRound,
     ResourceUsage,
     ScreenResult,
     ShapeCheck,
@@ -23,6 +25,8 @@ __all__ = [
     "EvalConfig",
     "EvalResult",
     "Evaluator",
+    "GateResult",
+    "GateRound",
     "ResourceUsage",
     "ScreenResult",
     "ShapeCheck",

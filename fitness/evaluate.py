@@ -16,7 +16,8 @@ from pathlib import Path
 
 from fitness.benchmark import time_runs
 from fitness.build import ARTIFACT_SUFFIX, cpu_name
-from fitness.records import BuildResult, EvalResult, ScreenResult, ShapeCheck, ShapeTiming, StageSeconds, Status
+from fitness.records import (BuildResult, EvalResult, GateResult, GateRound, ScreenResult, ShapeCheck, ShapeTiming,
+                             StageSeconds, Status)
 from kernel_genome import Genome
 from seeds import KernelFamily, ProblemShape
 
@@ -42,6 +43,7 @@ class Evaluator:
         self.artifact_dir.mkdir(parents=True, exist_ok=True)
         self._torch = torch
         self._anchor: tuple[ShapeTiming, ...] | None = None
+        self._secondary: dict[str, tuple[ShapeTiming, ...]] | None = None
         family.prepare_evaluator()
 
     # -- the device this evaluator owns ---------------------------------------------------
@@ -64,17 +66,27 @@ class Evaluator:
         device = "cuda" if self.family.device == "cuda" else "cpu"
         return self._torch.Generator(device=device).manual_seed(seed)
 
-    # -- anchor -----------------------------------------------------------------------------
+    # -- anchors ----------------------------------------------------------------------------
     def anchor_timings(self) -> tuple[ShapeTiming, ...]:
         """The anchor timed on every shape, once per evaluator process."""
         if self._anchor is None:
-            timings = []
-            for shape in self.family.shapes:
-                inputs = self.family.make_inputs(shape, self._generator(secrets.randbits(63)))
-                timings.append(time_runs(lambda: self.family.anchor(shape, inputs), self.family.device,
-                                         self.family.timing, shape.name))
-            self._anchor = tuple(timings)
+            self._anchor = tuple(self.time_anchor(self.family.anchor, shape) for shape in self.family.shapes)
         return self._anchor
+
+    def secondary_anchor_timings(self) -> dict[str, tuple[ShapeTiming, ...]]:
+        """The family's other anchors (e.g. FA2 beside cuDNN), timed on every shape, once per process."""
+        if self._secondary is None:
+            self._secondary = {name: tuple(self.time_anchor(run, shape) for shape in self.family.shapes)
+                               for name, run in self.family.secondary_anchors().items()}
+        return self._secondary
+
+    def time_anchor(self, anchor, shape: ProblemShape) -> ShapeTiming:
+        inputs = self.family.make_inputs(shape, self._generator(secrets.randbits(63)))
+        return time_runs(lambda: anchor(shape, inputs), self.family.device, self.family.timing, shape.name)
+
+    def load(self, genome: Genome, build: BuildResult):
+        """The family's launchable handle for a built genome."""
+        return self.family.load(self._materialise(build), genome)
 
     # -- one candidate ------------------------------------------------------------------------
     def evaluate(self, genome: Genome, build: BuildResult, screened: ScreenResult) -> EvalResult:
@@ -84,13 +96,13 @@ class Evaluator:
             return EvalResult(build.genome_id, screened.status, screened.message, None, stages=stages, **common)
         anchor = self.anchor_timings()
         try:
-            kernel = self.family.load(self._materialise(build), genome)
+            kernel = self.load(genome, build)
         except Exception as exc:
             return EvalResult(build.genome_id, Status.CRASHED, f"loading the artifact failed: {exc}", None,
                               anchor=anchor, stages=stages, **common)
         started = time.perf_counter()
         try:
-            checks = tuple(self._verify_shape(kernel, shape) for shape in self.family.shapes)
+            checks = tuple(self.verify_shape(kernel, shape) for shape in self.family.shapes)
         except Exception as exc:
             return EvalResult(build.genome_id, Status.CRASHED, f"kernel raised during verification: {exc}", None,
                               anchor=anchor, stages=stages, **common)
@@ -102,7 +114,7 @@ class Evaluator:
                               stages=stages, **common)
         started = time.perf_counter()
         try:
-            timings = tuple(self._benchmark_shape(kernel, shape) for shape in self.family.shapes)
+            timings = tuple(self.time_shape(kernel, shape) for shape in self.family.shapes)
         except Exception as exc:
             return EvalResult(build.genome_id, Status.CRASHED, f"kernel raised during timing: {exc}", None,
                               checks=checks, anchor=anchor, stages=stages, **common)
@@ -110,6 +122,24 @@ class Evaluator:
         mission = next(t for t in timings if t.shape == self.family.mission_shape.name)
         return EvalResult(build.genome_id, Status.OK, "", mission.median_s, checks=checks, timings=timings,
                           anchor=anchor, stages=stages, **common)
+
+    def gate(self, genome: Genome, build: BuildResult, target_s: float, rounds: int) -> GateResult:
+        """Re-verify every shape and re-time the mission ``rounds`` times; stop at the first miss."""
+        kernel = self.load(genome, build)
+        done: list[GateRound] = []
+        mission = self.family.mission_shape
+        for number in range(1, rounds + 1):
+            failed = [c for c in (self.verify_shape(kernel, shape) for shape in self.family.shapes) if not c.passed]
+            if failed:
+                message = f"round {number}: " + "; ".join(f"{c.shape}: {c.message}" for c in failed)
+                done.append(GateRound(False, None, message))
+                return GateResult(genome.id, target_s, False, tuple(done), message)
+            seconds = self.time_shape(kernel, mission).median_s
+            done.append(GateRound(True, seconds))
+            if seconds > target_s:
+                message = f"round {number}: {seconds * 1e6:.2f} us is over the target {target_s * 1e6:.2f} us"
+                return GateResult(genome.id, target_s, False, tuple(done), message)
+        return GateResult(genome.id, target_s, True, tuple(done))
 
     def _materialise(self, build: BuildResult) -> Path:
         if build.artifact is None:
@@ -128,7 +158,7 @@ class Evaluator:
         else:
             output.fill_(-1)
 
-    def _verify_shape(self, kernel, shape: ProblemShape) -> ShapeCheck:
+    def verify_shape(self, kernel, shape: ProblemShape) -> ShapeCheck:
         torch = self._torch
         tolerance = self.family.tolerance
         worst_abs, worst_rel = 0.0, 0.0
@@ -159,7 +189,7 @@ class Evaluator:
                                   f"error {rel:.3g} (limit {tolerance.max_rel_l2:g}) in trial {trial + 1}")
         return ShapeCheck(shape.name, True, worst_abs, worst_rel, self.config.trials)
 
-    def _benchmark_shape(self, kernel, shape: ProblemShape) -> ShapeTiming:
+    def time_shape(self, kernel, shape: ProblemShape) -> ShapeTiming:
         inputs = self.family.make_inputs(shape, self._generator(secrets.randbits(63)))
         output = self.family.make_output(shape)
         return time_runs(lambda: self.family.launch(kernel, shape, inputs, output), self.family.device,

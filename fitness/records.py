@@ -107,6 +107,27 @@ class EvalResult:
         return next((t for t in self.anchor if t.shape == shape), None)
 
 
+@dataclass(frozen=True)
+class GateRound:
+    """One round of the hard gate: every shape re-verified on fresh inputs, the mission re-timed."""
+
+    verified: bool
+    mission_s: float | None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The hard gate before a target is reported met: ``rounds`` consecutive rounds, each verified
+    and each timed within ``target_s``. A kernel that fails any round does not meet the target."""
+
+    genome_id: str
+    target_s: float
+    passed: bool
+    rounds: tuple[GateRound, ...]
+    message: str = ""
+
+
 def to_jsonable(value: Any) -> Any:
     """Records to plain JSON types (enums to their values), for the store."""
     if hasattr(value, "__dataclass_fields__"):

@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 from fitness.build import BuildConfig, Builder
 from fitness.evaluate import EvalConfig, Evaluator
-from fitness.records import BuildResult, EvalResult, ScreenResult, StageSeconds, Status
+from fitness.records import BuildResult, EvalResult, GateResult, ScreenResult, StageSeconds, Status, to_jsonable
 from fitness.screen import screen
 from kernel_genome import Genome
 from seeds import KernelFamily, get_family
@@ -71,11 +71,16 @@ class EvaluatorActor:
         return self.evaluator.describe()
 
     def anchor(self):
-        return self.evaluator.anchor_timings()
+        """(the anchor's timings, {secondary anchor: timings}), every shape, timed in this process."""
+        return self.evaluator.anchor_timings(), self.evaluator.secondary_anchor_timings()
 
     def evaluate(self, genome_json: str, build: BuildResult, screened: ScreenResult) -> EvalResult:
         genome = self.evaluator.family.space.genome_from_json(genome_json)
         return self.evaluator.evaluate(genome, build, screened)
+
+    def gate(self, genome_json: str, build: BuildResult, target_s: float, rounds: int) -> GateResult:
+        genome = self.evaluator.family.space.genome_from_json(genome_json)
+        return self.evaluator.gate(genome, build, target_s, rounds)
 
 
 @dataclass
@@ -121,6 +126,7 @@ class Pipeline:
         self._isolate_timing = family.device == "cpu"
         self._ready: deque = deque()  # (genome, build, screened) waiting for an evaluator
         self._finished: list[Finished] = []
+        self._holding = False  # a gate is waiting for, or running on, an evaluator: dispatch nothing
         count = config.evaluators or self._default_evaluators()
         self._slots = [self._new_slot() for _ in range(count)]
         self.hardware: dict = {}
@@ -173,6 +179,34 @@ class Pipeline:
             for item in self.poll(5.0):
                 by_id[item.genome.id] = item.result
         return [by_id[g.id] for g in genomes]
+
+    def gate(self, genome: Genome, target_s: float, rounds: int) -> GateResult:
+        """The hard gate on one evaluated genome, on the first evaluator that falls idle (nothing else
+        is dispatched meanwhile; what finishes meanwhile is returned by the next ``poll``)."""
+        build, screened = build_and_screen(self.family.reference_key, genome.to_json(), self.config.build)
+        if screened.status is not Status.OK:  # the artifact is cached: this is a lookup, not a compile
+            return GateResult(genome.id, target_s, False, (), f"rebuilding for the gate: {screened.message}")
+        self._holding = True
+        try:
+            while True:
+                idle = [s for s in self._slots if s.anchor_ref is None and s.job is None]
+                if idle and not (self._isolate_timing and self._building):  # CPU: no compile beside timing
+                    break
+                self._step(0.5)
+            slot = idle[0]
+            ref = slot.actor.gate.remote(genome.to_json(), build, target_s, rounds)
+            limit = self.config.eval_timeout_s * rounds
+            ready, _ = self._ray.wait([ref], timeout=limit)
+            if not ready:
+                self._replace(slot)
+                return GateResult(genome.id, target_s, False, (), f"no gate result after {limit:g} s; evaluator killed")
+            try:
+                return self._ray.get(ref)
+            except self._ray.exceptions.RayError as exc:
+                self._replace(slot)
+                return GateResult(genome.id, target_s, False, (), f"the gate crashed the evaluator: {_short(exc)}")
+        finally:
+            self._holding = False
 
     def close(self) -> None:
         for slot in self._slots:
@@ -229,8 +263,9 @@ class Pipeline:
             ready, _ = ray.wait([slot.anchor_ref], timeout=0)
             if ready:
                 try:
-                    anchor = ray.get(slot.anchor_ref)
-                    slot.hardware = {**ray.get(slot.actor.describe.remote()), "anchor": anchor}
+                    anchor, secondary = ray.get(slot.anchor_ref)
+                    slot.hardware = {**ray.get(slot.actor.describe.remote()), "anchor": anchor,
+                                     "secondary_anchors": to_jsonable(secondary)}
                     self.hardware = self.hardware or slot.hardware
                     slot.anchor_ref = None
                 except Exception as exc:
@@ -268,7 +303,7 @@ class Pipeline:
                           artifact_key=build.artifact_key)
 
     def _dispatch(self) -> None:
-        if self._isolate_timing and self._building:
+        if self._holding or (self._isolate_timing and self._building):
             return
         for slot in self._slots:
             if not self._ready:

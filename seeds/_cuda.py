@@ -91,3 +91,14 @@ class CudaModule:
             function = _check(f"cuModuleGetFunction({name})", driver.cuModuleGetFunction(self.module, name.encode()))
             self._kernels[name] = CudaKernel(self, name, function)
         return self._kernels[name]
+
+    def read_ints(self, name: str, count: int) -> list[int]:
+        """``count`` 32-bit ints of the module's global (e.g. ``__constant__``) variable ``name``."""
+        driver = _driver()
+        address, size = _check(f"cuModuleGetGlobal({name})", driver.cuModuleGetGlobal(self.module, name.encode()))
+        if size < 4 * count:
+            raise ValueError(f"global {name!r} holds {size} bytes, not {count} ints")
+        values = (ctypes.c_int32 * count)()
+        _check("cuMemcpyDtoH", driver.cuMemcpyDtoH(ctypes.addressof(values), address, 4 * count))
+        return list(values)
+

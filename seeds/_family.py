@@ -9,7 +9,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 from kernel_genome import Genome, Space
 
@@ -133,6 +133,10 @@ class KernelFamily(abc.ABC):
     @abc.abstractmethod
     def anchor(self, shape: ProblemShape, inputs: Sequence[Any]) -> Any:
         """What a user would run instead (e.g. torch.matmul); timed the same way as kernels."""
+
+    def secondary_anchors(self) -> dict[str, Callable[[ProblemShape, Sequence[Any]], Any]]:
+        """Other implementations to compare with (name -> callable like ``anchor``), timed the same way."""
+        return {}
 
     def flops(self, shape: ProblemShape) -> float:
         return 0.0

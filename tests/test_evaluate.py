@@ -45,3 +45,35 @@ def test_compile_error_reaches_the_evaluator_as_a_record(tmp_path):
     genome = family.space.genome({"mode": "compile_error", "scale": 2, "pad": 0})
     result = evaluate(family, genome, tmp_path)
     assert result.status is Status.COMPILE_ERROR and "deliberate compile error" in result.message
+
+
+def gate(family, genome, tmp_path, target_s, rounds=10):
+    recipe = family.build_recipe(genome)
+    build = Builder(BuildConfig(tmp_path / "cache")).build(genome.id, recipe)
+    evaluator = Evaluator(family, EvalConfig(trials=1), tmp_path / "loaded")
+    first = evaluator.evaluate(genome, build, screen(build, recipe.output, family.screen_limits))
+    return first, evaluator.gate(genome, build, target_s, rounds)
+
+
+def test_the_hard_gate_passes_a_steady_correct_kernel_ten_times(tmp_path):
+    family = get_family(FAULTY)
+    first, result = gate(family, family.seed_genomes[0], tmp_path, target_s=1.0)
+    assert first.status is Status.OK
+    assert result.passed and result.message == ""
+    assert len(result.rounds) == 10 and all(r.verified and 0 < r.mission_s <= 1.0 for r in result.rounds)
+
+
+def test_the_hard_gate_fails_a_kernel_that_goes_wrong_after_its_evaluation(tmp_path):
+    family = get_family(FAULTY)
+    first, result = gate(family, family.space.genome({"mode": "flaky", "scale": 2, "pad": 0}), tmp_path, 1.0)
+    assert first.status is Status.OK  # it was right when the search evaluated it
+    assert not result.passed and not result.rounds[-1].verified
+    assert "max abs error" in result.message and result.message.startswith(f"round {len(result.rounds)}:")
+
+
+def test_the_hard_gate_fails_a_kernel_slower_than_the_target(tmp_path):
+    family = get_family(FAULTY)
+    first, result = gate(family, family.seed_genomes[0], tmp_path, target_s=1e-12)
+    assert first.status is Status.OK
+    assert not result.passed and len(result.rounds) == 1 and result.rounds[0].verified
+    assert "over the target" in result.message

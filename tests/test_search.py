@@ -1,5 +1,6 @@
 """End-to-end searches through Ray on the CPU family, as a user runs them."""
 
+import json
 import os
 import signal
 import sqlite3
@@ -64,6 +65,11 @@ def test_a_reachable_target_stops_the_search(ray_session, tmp_path):
     count = rows(db, "SELECT COUNT(*) FROM evaluations")[0][0]
     assert 1 <= count < 40
     assert rows(db, "SELECT MIN(fitness_s) FROM evaluations")[0][0] <= 8e-3
+    # the target counted only after the hard gate: 10 rounds re-verified and re-timed within it
+    (passed, gate_target, rounds), = rows(db, "SELECT passed, target_s, rounds FROM gate_checks")
+    rounds = json.loads(rounds)
+    assert passed and gate_target == pytest.approx(8e-3) and len(rounds) == 10
+    assert all(r["verified"] and r["mission_s"] <= 8e-3 for r in rounds)
     check_store_invariants(db)
 
 

@@ -1,9 +1,12 @@
 """FlashCore: fp16 attention forward on the H100, from a scalar baseline towards FlashAttention.
 
-This first version carries the scalar path (FMA on fp32, S/P tile materialised in shared
-memory) with the knobs that do not need tensor cores: tile sizes, warps, serial or shuffle
-reductions, exp2 with the scale folded in, padded shared memory. Both head dimensions are
-compiled into one cubin (entry points flashcore_d64 and flashcore_d128).
+One CUDA translation unit (flashcore_parts.cuh, _materialised.cuh, _fused.cuh, flashcore.cu) whose knobs walk the steps a kernel engineer
+takes by hand: scalar FMA -> WMMA -> mma.sync + ldmatrix for Q K^T and for P V, the S/P tile
+materialised in shared memory -> the fused online softmax in registers, serial -> shuffle row
+reductions, plain loads -> cp.async pipelines, plain -> padded -> swizzled shared memory, exp2 with
+the scale folded in, Q kept in registers. Both head dimensions are compiled into one cubin (entry
+points flashcore_d64 and flashcore_d128); the cubin also exports the shared-memory size its plan
+needs for each, which ``load`` checks against ``shared_bytes`` below.
 """
 
 from __future__ import annotations
@@ -15,18 +18,40 @@ from pathlib import Path
 from kernel_genome import Boolean, Choice, Constraint, PowerOfTwo, Space
 from seeds._family import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance, shape
 
-SOURCE = Path(__file__).with_name("flashcore.cu")
+HERE = Path(__file__).parent
+SOURCES = tuple(HERE / name for name in (
+    "flashcore_parts.cuh", "flashcore_materialised.cuh", "flashcore_fused.cuh", "flashcore.cu"))
 HEAD_DIMS = (64, 128)
 SMEM_LIMIT = 227 * 1024
 MAX_ACCUMULATORS = 64  # fp32 output accumulators a thread keeps in registers (at D = 128)
+MAX_SCORES = 64  # fp32 S fragments a thread keeps in registers on the fused path
+ENGINES = ("scalar", "wmma", "mma")
+STAGES = {"plain": 1, "cp_async2": 2, "cp_async3": 3}
+
+
+def _align128(n: int) -> int:
+    return (n + 127) // 128 * 128
 
 
 def shared_bytes(g, head_dim: int) -> int:
-    """Dynamic shared memory of one block; mirrors the carve-up at the top of attention<D>()."""
-    ld = head_dim + (8 if g["smem_pad"] else 0)
-    halves = (g["block_m"] + 2 * g["block_n"]) * ld
-    floats = g["block_m"] * (g["block_n"] + 1) + 3 * g["block_m"]
-    return 2 * halves + 4 * floats
+    """Dynamic shared memory of one block; mirrors Plan<D> in flashcore.cu."""
+    bm, bn = g["block_m"], g["block_n"]
+    ld = head_dim + (8 if g["layout"] == "padded" else 0)
+    split = g["kv_split"]
+    total = _align128(bm * ld * 2) + 2 * STAGES[g["kv_loads"]] * _align128(bn * split * ld * 2)
+    if split > 1:
+        total += _align128(split * bm * (head_dim + 4) * 4) + _align128(2 * split * bm * 4)
+    if g["softmax"] == "smem":
+        total += _align128(bm * (bn + 4) * 4) + _align128(3 * bm * 4)
+        if g["pv"] != "scalar":
+            total += _align128(bm * (bn + 8) * 2)
+        if g["pv"] == "wmma":
+            total += _align128(bm * (head_dim + 4) * 4)
+    return total
+
+
+def _implies(condition: bool, consequence: bool) -> bool:
+    return consequence or not condition
 
 
 SPACE = Space(
@@ -34,25 +59,76 @@ SPACE = Space(
         PowerOfTwo("block_m", 16, 128, description="query rows per block"),
         PowerOfTwo("block_n", 32, 128, description="key/value rows per tile"),
         PowerOfTwo("warps", 1, 8, description="warps per block"),
+        Choice("qk", ENGINES, description="S = Q K^T: scalar FMA | WMMA 16x16x16 | mma.sync m16n8k16 + ldmatrix"),
+        Choice("pv", ENGINES, description="O += P V: scalar FMA | WMMA 16x16x16 | mma.sync m16n8k16 + ldmatrix"),
+        Choice("softmax", ("smem", "registers"),
+               description="S/P tile materialised in shared memory | fused online softmax in registers"),
         Choice("reduce", ("serial", "shuffle"), description="row max/sum: one thread per row | warp shuffles"),
         Boolean("exp2", description="exp2 with log2(e) folded into the scale"),
-        Boolean("smem_pad", description="pad shared-memory rows by 16 bytes"),
+        Choice("layout", ("plain", "padded", "swizzled"),
+               description="Q/K/V rows in shared memory: plain | padded by 16 bytes | 16-byte chunks XOR-swizzled"),
+        Choice("kv_loads", tuple(STAGES), description="K/V tiles: plain 16-byte loads | cp.async, 2 or 3 stages"),
+        Boolean("q_in_registers", description="fused path: Q fragments loaded once into registers"),
+        PowerOfTwo("kv_split", 1, 4,
+                   description="fused path: warps sharing query rows, each on its slice of every K/V stage, merged at the end"),
     ],
     [
         Constraint(
             "accumulators_fit_registers",
-            lambda g: g["block_m"] * max(HEAD_DIMS) // (g["warps"] * 32) <= MAX_ACCUMULATORS,
-            f"block_m * 128 / (warps * 32) <= {MAX_ACCUMULATORS} fp32 accumulators a thread",
+            lambda g: g["pv"] == "wmma"
+            or g["block_m"] * g["kv_split"] * max(HEAD_DIMS) // (g["warps"] * 32) <= MAX_ACCUMULATORS,
+            f"unless WMMA keeps O in shared memory: block_m * kv_split * 128 / (warps * 32) <= {MAX_ACCUMULATORS}",
         ),
         Constraint(
             "shared_memory_fits",
             lambda g: shared_bytes(g, max(HEAD_DIMS)) <= SMEM_LIMIT,
-            f"Q, K, V tiles + S tile + row stats <= {SMEM_LIMIT} bytes at D = 128",
+            f"Q tile + K/V stages + S/P/O tiles + row stats <= {SMEM_LIMIT} bytes at D = 128",
+        ),
+        Constraint(
+            "register_softmax_needs_mma",
+            lambda g: _implies(g["softmax"] == "registers", g["qk"] == "mma" and g["pv"] == "mma"),
+            "softmax in registers reads S from, and feeds P to, mma.sync fragments: qk = pv = mma",
+        ),
+        Constraint(
+            "warps_own_query_rows",
+            lambda g: _implies(g["softmax"] == "registers",
+                               g["warps"] % g["kv_split"] == 0
+                               and g["block_m"] * g["kv_split"] % (16 * g["warps"]) == 0),
+            "softmax in registers: kv_split divides warps, and each warp owns a multiple of 16 query rows "
+            "(block_m * kv_split % (16 * warps) == 0)",
+        ),
+        Constraint(
+            "kv_split_needs_fused_path",
+            lambda g: _implies(g["kv_split"] > 1, g["softmax"] == "registers"),
+            "only the fused path splits key tiles between warps (kv_split = 1 unless softmax = registers)",
+        ),
+        Constraint(
+            "scores_fit_registers",
+            lambda g: _implies(g["softmax"] == "registers",
+                               g["block_m"] * g["kv_split"] // g["warps"] * g["block_n"] // 32 <= MAX_SCORES),
+            f"softmax in registers: (block_m * kv_split / warps) * block_n / 32 <= {MAX_SCORES} scores a thread",
+        ),
+        Constraint(
+            "register_softmax_reduces_by_shuffle",
+            lambda g: _implies(g["softmax"] == "registers", g["reduce"] == "shuffle"),
+            "softmax in registers always reduces rows with quad shuffles (reduce = shuffle)",
+        ),
+        Constraint(
+            "q_registers_need_fused_path",
+            lambda g: _implies(g["q_in_registers"], g["softmax"] == "registers"),
+            "Q in registers only exists on the fused path (softmax = registers)",
+        ),
+        Constraint(
+            "wmma_needs_row_major_smem",
+            lambda g: _implies("wmma" in (g["qk"], g["pv"]), g["layout"] != "swizzled"),
+            "WMMA loads need a plain row stride: no swizzled layout",
         ),
     ],
 )
 
-SEED = SPACE.genome(dict(block_m=16, block_n=64, warps=4, reduce="serial", exp2=False, smem_pad=False))
+SEED = SPACE.genome(dict(block_m=16, block_n=64, warps=4, qk="scalar", pv="scalar", softmax="smem",
+                         reduce="serial", exp2=False, layout="plain", kv_loads="plain", q_in_registers=False,
+                         kv_split=1))
 
 
 def attention_shape(name: str, b: int, h: int, s: int, d: int, *, causal: bool = False, mission: bool = False):
@@ -80,11 +156,15 @@ class FlashCore(KernelFamily):
 
     def build_recipe(self, genome) -> BuildRecipe:
         g = genome.as_dict()
-        macros = dict(BLOCK_M=g["block_m"], BLOCK_N=g["block_n"], WARPS=g["warps"],
-                      REDUCE=int(g["reduce"] == "shuffle"), EXP2=int(g["exp2"]), SMEM_PAD=int(g["smem_pad"]))
+        macros = dict(BLOCK_M=g["block_m"], BLOCK_N=g["block_n"], WARPS=g["warps"], QK=ENGINES.index(g["qk"]),
+                      PV=ENGINES.index(g["pv"]), SOFTMAX=int(g["softmax"] == "registers"),
+                      REDUCE=int(g["reduce"] == "shuffle"), EXP2=int(g["exp2"]),
+                      LAYOUT=("plain", "padded", "swizzled").index(g["layout"]), STAGES=STAGES[g["kv_loads"]],
+                      Q_REGS=int(g["q_in_registers"]), KV_SPLIT=g["kv_split"])
         flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
             f"-D{k}={v}" for k, v in sorted(macros.items()))
-        return BuildRecipe(SOURCE.read_text(), SOURCE.name, "nvcc", flags, "cubin")
+        source = "".join(f'#line 1 "{path.name}"\n{path.read_text()}\n' for path in SOURCES)
+        return BuildRecipe(source, "flashcore.cu", "nvcc", flags, "cubin")
 
     def check_shape(self, shape: ProblemShape) -> None:
         if shape["d"] not in HEAD_DIMS:
@@ -114,11 +194,15 @@ class FlashCore(KernelFamily):
         from seeds._cuda import CudaModule
 
         module = CudaModule(artifact)
+        planned = module.read_ints("flashcore_shared_bytes", len(HEAD_DIMS))
         kernels = {}
-        for d in HEAD_DIMS:
+        for d, kernel_bytes in zip(HEAD_DIMS, planned):
+            if kernel_bytes != shared_bytes(genome, d):
+                raise RuntimeError(f"the kernel plans {kernel_bytes} bytes of shared memory at D={d}, "
+                                   f"the spec {shared_bytes(genome, d)}: flashcore.cu and spec.py disagree")
             kernel = module.kernel(f"flashcore_d{d}")
-            kernel.set_max_dynamic_shared(shared_bytes(genome, d))
-            kernels[d] = kernel
+            kernel.set_max_dynamic_shared(kernel_bytes)
+            kernels[d] = (kernel, kernel_bytes)
         return kernels, genome.as_dict()
 
     def launch(self, kernel, shape: ProblemShape, inputs, output) -> None:
@@ -126,18 +210,30 @@ class FlashCore(KernelFamily):
 
         kernels, g = kernel
         b, h, s, d = shape["b"], shape["h"], shape["s"], shape["d"]
+        function, smem = kernels[d]
         q, k, v = inputs
         grid = ((s + g["block_m"] - 1) // g["block_m"], b * h)
-        kernels[d].launch(grid, (g["warps"] * 32,),
-                          [ptr(q), ptr(k), ptr(v), ptr(output), ctypes.c_int(s), ctypes.c_int(shape["causal"]),
-                           ctypes.c_float(1.0 / math.sqrt(d))],
-                          shared_bytes=shared_bytes(g, d))
+        function.launch(grid, (g["warps"] * 32,),
+                        [ptr(q), ptr(k), ptr(v), ptr(output), ctypes.c_int(s), ctypes.c_int(shape["causal"]),
+                         ctypes.c_float(1.0 / math.sqrt(d))],
+                        shared_bytes=smem)
 
     def anchor(self, shape: ProblemShape, inputs):
         import torch
 
         q, k, v = inputs
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(shape["causal"]))
+
+    def secondary_anchors(self):
+        return {"torch SDPA FLASH_ATTENTION backend (FA2)": self._flash_attention}
+
+    def _flash_attention(self, shape: ProblemShape, inputs):
+        import torch
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        q, k, v = inputs
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(shape["causal"]))
 
     def flops(self, shape: ProblemShape) -> float:
         full = 4.0 * shape["b"] * shape["h"] * shape["s"] * shape["s"] * shape["d"]

@@ -1,6 +1,7 @@
 // A test-only family whose MODE knob picks a deliberate fault:
 // 0 correct, 1 wrong answer, 2 NaN, 3 output never written, 4 segfault, 5 infinite loop,
-// 6 does not compile. out[i] = SCALE * a[i] + b[i].
+// 6 does not compile, 7 correct for its first 50 calls in a process, wrong after (flaky).
+// out[i] = SCALE * a[i] + b[i].
 #include <cmath>
 
 #if MODE == 6
@@ -18,6 +19,8 @@ extern "C" void evo_axpy(const float* a, const float* b, float* out, int n) {
         while (forever) {
         }
     }
-    for (int i = 0; i < n; ++i) out[i] = SCALE * a[i] + b[i] + (MODE == 1 ? 0.5f : 0.0f);
+    static int calls = 0;
+    const bool wrong = MODE == 1 || (MODE == 7 && ++calls > 50);
+    for (int i = 0; i < n; ++i) out[i] = SCALE * a[i] + b[i] + (wrong ? 0.5f : 0.0f);
     if (MODE == 2) out[n / 2] = NAN;
 }

@@ -10,7 +10,7 @@ import torch
 from kernel_genome import Choice, Constraint, Space
 from seeds import BuildRecipe, KernelFamily, TimingPlan, Tolerance, shape
 
-MODES = {"ok": 0, "wrong": 1, "nan": 2, "nowrite": 3, "segfault": 4, "hang": 5, "compile_error": 6}
+MODES = {"ok": 0, "wrong": 1, "nan": 2, "nowrite": 3, "segfault": 4, "hang": 5, "compile_error": 6, "flaky": 7}
 SOURCE = Path(__file__).with_name("faulty.cpp")
 
 SPACE = Space(

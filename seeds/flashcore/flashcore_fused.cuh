@@ -1,0 +1,207 @@
+// FlashCore, fused path (SOFTMAX = 1). Part of the source flashcore.cu; the family concatenates the parts.
+
+#if SOFTMAX == 1
+// ---------------------------------------------------------------------------------------------
+// Fused path: each warp owns ROWS query rows; S, P and O live in mma.sync fragments (registers),
+// row statistics are reduced within the quad of threads that shares a row. With KV_SPLIT > 1,
+// KV_SPLIT warps own the same rows, each taking its BLOCK_N slice of every K/V stage, and the
+// block merges their (max, sum, O) at the end as split-K softmax does.
+// ---------------------------------------------------------------------------------------------
+template <int D>
+struct Fused {
+    using T = Tile<D>;
+    static constexpr int GROUPS = WARPS / KV_SPLIT;  // warps along the query rows
+    static constexpr int ROWS = BLOCK_M / GROUPS, MT = ROWS / 16, NT = BLOCK_N / 8, DT = D / 8;
+    static_assert(WARPS % KV_SPLIT == 0, "KV_SPLIT must divide WARPS");
+    static_assert(ROWS % 16 == 0, "the fused path needs 16 query rows per warp (BLOCK_M % (16 * WARPS / KV_SPLIT) == 0)");
+    float o[MT][DT][4];
+    float row_max[MT][2], row_sum[MT][2];
+#if Q_REGS
+    uint32_t q[MT][D / 16][4];
+#endif
+    const half* Qs;
+    int row0, split;
+
+    __device__ void init(unsigned char*, const half* q_tile) {
+        Qs = q_tile;
+        row0 = (threadIdx.x / 32 % GROUPS) * ROWS;
+        split = threadIdx.x / 32 / GROUPS;
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                row_max[m][h] = -CUDART_INF_F;
+                row_sum[m][h] = 0.f;
+            }
+#pragma unroll
+            for (int d = 0; d < DT; ++d)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) o[m][d][e] = 0.f;
+        }
+#if Q_REGS
+        __syncthreads();  // the Q tile has landed
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int k = 0; k < D / 16; ++k) load_a<D>(q[m][k], Qs, row0 + m * 16, k * 16);
+#endif
+    }
+
+    __device__ void tile(const half* Ks, const half* Vs, const Problem& p, int kv0) {
+        Ks += split * BLOCK_N * T::ld;  // this warp's slice of the stage (a multiple of 8 rows: same swizzle)
+        Vs += split * BLOCK_N * T::ld;
+        kv0 += split * BLOCK_N;
+        const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+        float s[MT][NT][4];
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[m][n][e] = 0.f;
+#pragma unroll
+        for (int k = 0; k < D / 16; ++k) {
+            uint32_t a[MT][4];
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+#if Q_REGS
+#pragma unroll
+                for (int e = 0; e < 4; ++e) a[m][e] = q[m][k][e];
+#else
+                load_a<D>(a[m], Qs, row0 + m * 16, k * 16);
+#endif
+            }
+#pragma unroll
+            for (int n = 0; n < NT; n += 2) {
+                uint32_t b[4];
+                ldsm_x4(b, Ks + T::at(n * 8 + (lane & 7) + (lane >> 4) * 8, k * 16 + ((lane >> 3) & 1) * 8));
+#pragma unroll
+                for (int m = 0; m < MT; ++m) {
+                    mma16816(s[m][n], a[m], b[0], b[1]);
+                    mma16816(s[m][n + 1], a[m], b[2], b[3]);
+                }
+            }
+        }
+        // scale, mask where the tile crosses S or the diagonal, online softmax per row
+        const bool edge = kv0 + BLOCK_N > p.S || (p.causal && kv0 + BLOCK_N - 1 > p.q0 + row0);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int query = p.q0 + row0 + m * 16 + g + 8 * h;
+                float mx = row_max[m][h];
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        float v = s[m][n][2 * h + c] * p.logit_scale;
+                        if (edge && masked(p, kv0 + n * 8 + 2 * tq + c, query)) v = -CUDART_INF_F;
+                        s[m][n][2 * h + c] = v;
+                        mx = fmaxf(mx, v);
+                    }
+                mx = quad_reduce_max(mx, 4);
+                const float reference = mx == -CUDART_INF_F ? 0.f : mx;
+                const float r = exp_base(row_max[m][h] - reference);
+                float sum = 0.f;
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        const float e = exp_base(s[m][n][2 * h + c] - reference);
+                        s[m][n][2 * h + c] = e;
+                        sum += e;
+                    }
+                row_sum[m][h] = row_sum[m][h] * r + sum;  // this thread's share; summed over the quad at the end
+                row_max[m][h] = mx;
+#pragma unroll
+                for (int d = 0; d < DT; ++d) {
+                    o[m][d][2 * h] *= r;
+                    o[m][d][2 * h + 1] *= r;
+                }
+            }
+        }
+        // O += P V, P taken straight from the S fragments
+#pragma unroll
+        for (int k = 0; k < BLOCK_N / 16; ++k) {
+            uint32_t a[MT][4];
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+                a[m][0] = pack_half2(s[m][2 * k][0], s[m][2 * k][1]);
+                a[m][1] = pack_half2(s[m][2 * k][2], s[m][2 * k][3]);
+                a[m][2] = pack_half2(s[m][2 * k + 1][0], s[m][2 * k + 1][1]);
+                a[m][3] = pack_half2(s[m][2 * k + 1][2], s[m][2 * k + 1][3]);
+            }
+#pragma unroll
+            for (int d = 0; d < DT; d += 2) {
+                uint32_t b[4];
+                ldsm_x4_trans(b, Vs + T::at(k * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, d * 8 + (lane >> 4) * 8));
+#pragma unroll
+                for (int m = 0; m < MT; ++m) {
+                    mma16816(o[m][d], a[m], b[0], b[1]);
+                    mma16816(o[m][d + 1], a[m], b[2], b[3]);
+                }
+            }
+        }
+    }
+
+    __device__ void finish(half* O, const Problem& p, unsigned char* smem) {
+        const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+#if KV_SPLIT == 1
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int query = p.q0 + row0 + m * 16 + g + 8 * h;
+                const float inv = 1.f / quad_reduce_sum(row_sum[m][h], 4);
+                if (query < p.S) {
+#pragma unroll
+                    for (int d = 0; d < DT; ++d)
+                        *reinterpret_cast<half2*>(O + (size_t)query * D + d * 8 + 2 * tq) =
+                            __floats2half2_rn(o[m][d][2 * h] * inv, o[m][d][2 * h + 1] * inv);
+                }
+            }
+        }
+#else
+        constexpr int o_ld = D + 4;
+        using P_ = Plan<D>;
+        float* partial = reinterpret_cast<float*>(smem + P_::bytes - P_::merge_bytes);  // [split][row][o_ld]
+        float* stats = partial + align128(KV_SPLIT * BLOCK_M * o_ld * 4) / 4;            // [split][row] max, sum
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = row0 + m * 16 + g + 8 * h, slot = split * BLOCK_M + row;
+                const float sum = quad_reduce_sum(row_sum[m][h], 4);
+                if (tq == 0) {
+                    stats[2 * slot] = row_max[m][h];
+                    stats[2 * slot + 1] = sum;
+                }
+#pragma unroll
+                for (int d = 0; d < DT; ++d) {
+                    partial[slot * o_ld + d * 8 + 2 * tq] = o[m][d][2 * h];
+                    partial[slot * o_ld + d * 8 + 2 * tq + 1] = o[m][d][2 * h + 1];
+                }
+            }
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < BLOCK_M * D; e += THREADS) {
+            const int row = e / D, col = e % D;
+            if (p.q0 + row >= p.S) continue;
+            float top = -CUDART_INF_F;
+#pragma unroll
+            for (int k = 0; k < KV_SPLIT; ++k) top = fmaxf(top, stats[2 * (k * BLOCK_M + row)]);
+            float numerator = 0.f, denominator = 0.f;
+#pragma unroll
+            for (int k = 0; k < KV_SPLIT; ++k) {
+                const int slot = k * BLOCK_M + row;
+                const float weight = exp_base(stats[2 * slot] - top);  // 0 for a split that saw no key
+                numerator += weight * partial[slot * o_ld + col];
+                denominator += weight * stats[2 * slot + 1];
+            }
+            O[(size_t)(p.q0 + row) * D + col] = __float2half(numerator / denominator);
+        }
+#endif
+    }
+};
+
+#endif  // SOFTMAX == 1

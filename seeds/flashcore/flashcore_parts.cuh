@@ -1,0 +1,153 @@
+// FlashCore building blocks: shared-memory tile layouts, global -> shared loads (plain and
+// cp.async), ldmatrix / mma.sync wrappers, warp reductions. Prepended to flashcore.cu.
+#include <cuda_fp16.h>
+#include <math_constants.h>
+#include <mma.h>
+#include <stdint.h>
+
+#define THREADS (WARPS * 32)
+#define KV_ROWS (BLOCK_N * KV_SPLIT)  // key/value rows a pipeline stage holds (one tile per split)
+
+__host__ __device__ constexpr int align128(int bytes) { return (bytes + 127) / 128 * 128; }
+
+// Q/K/V rows of D halves in shared memory. at(row, col) is the offset of element (row, col);
+// col is a multiple of 2 for half2 accesses and of 8 for 16-byte accesses (one "chunk").
+template <int D>
+struct Tile {
+    static constexpr int ld = D + (LAYOUT == 1 ? 8 : 0);
+    __device__ __forceinline__ static int at(int row, int col) {
+#if LAYOUT == 2
+        return row * ld + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);  // 16-byte chunks XOR row % 8
+#else
+        return row * ld + col;
+#endif
+    }
+};
+
+__device__ __forceinline__ float exp_base(float x) { return EXP2 ? exp2f(x) : expf(x); }
+
+template <typename P>
+__device__ __forceinline__ bool masked(const P& p, int key, int query) {
+    return key >= p.S || (p.causal && key > query);
+}
+
+__device__ __forceinline__ float quad_reduce_max(float v, int width) {
+#pragma unroll
+    for (int offset = width / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+__device__ __forceinline__ float quad_reduce_sum(float v, int width) {
+#pragma unroll
+    for (int offset = width / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+// rows x D halves from global (row stride D) into a shared tile, 16 bytes a thread-step;
+// rows at or past rows_valid are zero-filled.
+template <int D>
+__device__ __forceinline__ void load_rows(half* dst, const half* src, int rows_valid, int rows) {
+    constexpr int chunks = D / 8;
+    for (int v = threadIdx.x; v < rows * chunks; v += THREADS) {
+        const int r = v / chunks, c = (v % chunks) * 8;
+        uint4 value = make_uint4(0u, 0u, 0u, 0u);
+        if (r < rows_valid) value = *reinterpret_cast<const uint4*>(src + (size_t)r * D + c);
+        *reinterpret_cast<uint4*>(dst + Tile<D>::at(r, c)) = value;
+    }
+}
+
+// The same as load_rows for one K or V stage of KV_ROWS rows, as cp.async copies (zero-fill past
+// rows_valid; a valid dummy address is passed for those since no byte is read).
+template <int D>
+__device__ __forceinline__ void copy_rows_async(half* dst, const half* src, int rows_valid, const half* dummy) {
+    constexpr int chunks = D / 8;
+#pragma unroll
+    for (int v = threadIdx.x; v < KV_ROWS * chunks; v += THREADS) {
+        const int r = v / chunks, c = (v % chunks) * 8;
+        const bool valid = r < rows_valid;
+        const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(dst + Tile<D>::at(r, c)));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address),
+                     "l"(valid ? src + (size_t)r * D + c : dummy), "r"(valid ? 16 : 0));
+    }
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ unsigned smem_address(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t* r, const half* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_address(p)));
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t* r, const half* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_address(p)));
+}
+
+__device__ __forceinline__ void ldsm_x2(uint32_t* r, const half* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(smem_address(p)));
+}
+
+__device__ __forceinline__ void ldsm_x2_trans(uint32_t* r, const half* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(smem_address(p)));
+}
+
+// D (16x8, f32) += A (16x16 f16, row-major fragment) * B (16x8 f16, column-major fragment)
+__device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+    const half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// A fragment of rows row0..row0+15, columns col0..col0+15 of a Q tile
+template <int D>
+__device__ __forceinline__ void load_a(uint32_t* a, const half* tile, int row0, int col0) {
+    const int lane = threadIdx.x % 32;
+    ldsm_x4(a, tile + Tile<D>::at(row0 + (lane & 15), col0 + (lane >> 4) * 8));
+}
+
+// Shared memory of one block, in 128-byte aligned regions (spec.py's shared_bytes mirrors it).
+template <int D>
+struct Plan {
+    using T = Tile<D>;
+    static constexpr int s_ld = BLOCK_N + 4;  // floats per S row (materialised path)
+    static constexpr int p_ld = BLOCK_N + 8;  // halves per P row (materialised, tensor-core P V)
+    static constexpr int o_ld = D + 4;        // floats per O row (WMMA P V keeps O in shared memory)
+    static constexpr int q_bytes = align128(BLOCK_M * T::ld * 2);
+    static constexpr int kv_bytes = align128(KV_ROWS * T::ld * 2);  // one K or V stage
+    // fused path with KV_SPLIT > 1: each split's unnormalised O, row max and row sum, merged at the end
+    static constexpr int merge_bytes =
+        SOFTMAX == 1 && KV_SPLIT > 1 ? align128(KV_SPLIT * BLOCK_M * (D + 4) * 4) + align128(2 * KV_SPLIT * BLOCK_M * 4) : 0;
+    static constexpr int s_bytes = SOFTMAX == 0 ? align128(BLOCK_M * s_ld * 4) : 0;
+    static constexpr int p_bytes = SOFTMAX == 0 && PV != 0 ? align128(BLOCK_M * p_ld * 2) : 0;
+    static constexpr int o_bytes = SOFTMAX == 0 && PV == 1 ? align128(BLOCK_M * o_ld * 4) : 0;
+    static constexpr int stat_bytes = SOFTMAX == 0 ? align128(3 * BLOCK_M * 4) : 0;
+    static constexpr int bytes = q_bytes + 2 * STAGES * kv_bytes + s_bytes + p_bytes + o_bytes + stat_bytes + merge_bytes;
+};
+
+struct Problem {
+    const half* __restrict__ K;
+    const half* __restrict__ V;
+    int S, causal, q0, kv_end;
+    float logit_scale;
+};
