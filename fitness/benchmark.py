@@ -16,8 +16,9 @@ from typing import Callable
 from fitness.records import ShapeTiming
 from seeds import TimingPlan
 
-CUDA_SAMPLE_TARGET_S = 200e-6  # a CUDA burst should last at least this long
-CUDA_MAX_BURST = 200
+CUDA_SAMPLE_TARGET_S = 500e-6  # a CUDA burst should last at least this long
+CUDA_MIN_BURST = 20  # launches a burst holds at least: one graph launch's cost spread thin
+CUDA_MAX_BURST = 500
 
 
 def summarize(shape: str, samples: list[float]) -> ShapeTiming:
@@ -64,12 +65,15 @@ def _cuda_samples(run: Callable[[], None], plan: TimingPlan) -> list[float]:
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    run()
-    end.record()
-    end.synchronize()
-    single = max(begin.elapsed_time(end) * 1e-3, 1e-7)
-    burst = max(1, min(CUDA_MAX_BURST, math.ceil(CUDA_SAMPLE_TARGET_S / single)))
+    singles = []
+    for _ in range(5):  # the fastest of a few: a host hiccup between the events must not shrink the burst
+        begin.record()
+        run()
+        end.record()
+        end.synchronize()
+        singles.append(begin.elapsed_time(end) * 1e-3)
+    single = max(min(singles), 1e-7)
+    burst = max(CUDA_MIN_BURST, min(CUDA_MAX_BURST, math.ceil(CUDA_SAMPLE_TARGET_S / single)))
     replay = _capture(run, burst)
     samples: list[float] = []
     started = time.perf_counter()
