@@ -1,6 +1,7 @@
 """Bad input anywhere: one clear line, exit code 2, nothing written."""
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,6 +37,7 @@ def run_bad(argv, capsys, tmp_path, expected):
     (["search", "--resume", "3"], "no database at"),
     (["search", "--resume", "3", "--family", "cpu_gemm"], "--resume continues a run with its own settings"),
     (["search", "--family", "tests.families.nowhere:FAMILY"], "cannot import"),
+    (["search", "--family", "cpu_gemm", "--gate-rounds", "-1"], "gate_rounds must be a whole number >= 0"),
     (["show", "1"], "no database at"),
     (["show", "one"], "not an integer"),
     (["frobnicate"], "invalid choice"),
@@ -150,3 +152,12 @@ def test_malformed_experiments_only_raise_value_error(tmp_path_factory, search):
         SearchConfig(**{"family": "cpu_gemm", **settings_}, strategy_options=options)
     except ValueError:
         pass
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a machine without a GPU gets")
+def test_the_default_family_needs_a_gpu_and_says_so(capsys, tmp_path):
+    db = tmp_path / "evo.db"
+    assert main(["search", "--target", "40us", "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert "family flashcore runs on a CUDA GPU" in err and len(err.strip().splitlines()) == 1
+    assert not db.exists()
