@@ -75,9 +75,11 @@ SPACE = Space(
     [
         Constraint(
             "accumulators_fit_registers",
-            lambda g: g["pv"] == "wmma"
-            or g["block_m"] * g["kv_split"] * max(HEAD_DIMS) // (g["warps"] * 32) <= MAX_ACCUMULATORS,
-            f"unless WMMA keeps O in shared memory: block_m * kv_split * 128 / (warps * 32) <= {MAX_ACCUMULATORS}",
+            lambda g: g["pv"] == "wmma" or g["block_m"] * g["kv_split"] * max(HEAD_DIMS) // (g["warps"] * 32)
+            <= (2 * MAX_ACCUMULATORS if g["softmax"] == "registers" else MAX_ACCUMULATORS),
+            f"O accumulators a thread holds at D = 128, block_m * kv_split * 128 / (warps * 32): at most "
+            f"{2 * MAX_ACCUMULATORS} on the fused path (32 query rows a warp; the screen drops those that "
+            f"spill), {MAX_ACCUMULATORS} on the materialised path; WMMA keeps O in shared memory",
         ),
         Constraint(
             "shared_memory_fits",
