@@ -78,9 +78,8 @@ def cmd_search(args, console: Console) -> int:
 
     settings, options = _search_settings(args)
     if args.resume is not None:
-        explicit = {f for f in ("family", "target", "strategy", "population", "seed", "trials", "sampler", "experiment",
-                                "gate_rounds")
-                    if getattr(args, f) is not None}
+        fixed = (set(FLAG_FIELDS) - RESUMABLE_OVERRIDES) | {"sampler", "experiment"}
+        explicit = {f for f in fixed if getattr(args, f) is not None}
         if explicit:
             raise BadInput(f"--resume continues a run with its own settings; only --budget and --time-budget "
                            f"may change (got --{sorted(explicit)[0]})")
