@@ -13,7 +13,7 @@ from rich.table import Table
 from db import Database, SchemaError, Store, resolve_url
 from evo.cli import BadInput
 from evo.experiment import load_experiment, parse_duration
-from fitness import format_seconds
+from fitness import format_seconds, format_span
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> int:
@@ -174,8 +174,7 @@ def cmd_show(args, console: Console) -> int:
         genome = " ".join(f"{k}={v}" for k, v in sorted(individual.genome.items()))
         console.print(f"#{rank} genome {individual.genome_id}: {genome}", highlight=False, soft_wrap=True)
     for gate, individual in store.gates(run.id):
-        times = [r["mission_s"] for r in gate.rounds if r["mission_s"] is not None]
-        spread = f"{format_seconds(min(times))}..{format_seconds(max(times))}" if times else "no timing"
+        spread = format_span([r["mission_s"] for r in gate.rounds if r["mission_s"] is not None])
         verdict = "passed" if gate.passed else f"failed: {gate.message}"
         console.print(f"hard gate on individual {individual.id} ({individual.genome_id}): {len(gate.rounds)} rounds, "
                       f"{spread} vs target {format_seconds(gate.target_s)}: {verdict}", highlight=False)

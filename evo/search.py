@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from db import HistoryEntry, NewIndividual, ParentLink, Store
 from evo.strategies import Observation, Proposal, Strategy, make_strategy
-from fitness import BuildConfig, EvalConfig, EvalResult, Target, default_cache_dir, format_seconds
+from fitness import BuildConfig, EvalConfig, EvalResult, Target, default_cache_dir, format_seconds, format_span
 from fitness.workers import Finished, Pipeline, PipelineConfig, start_ray
 from kernel_genome import Genome
 from seeds import KernelFamily, get_family
@@ -237,10 +237,10 @@ class Search:
         target = self.state.target_s
         if self._gate_passed or target is None:
             return
-        waiting = sorted((t, g.id, g) for t, g in self._correct if t <= target and g.id not in self._gated)
+        waiting = [(t, g.id, g) for t, g in self._correct if t <= target and g.id not in self._gated]
         if not waiting:
             return
-        seconds, _, genome = waiting[0]
+        seconds, _, genome = min(waiting)
         self._gated.add(genome.id)
         rounds = self.config.gate_rounds
         if rounds == 0:
@@ -251,7 +251,7 @@ class Search:
         result = pipeline.gate(genome, target, rounds)
         self.store.record_gate(run_id, self._individual_ids[genome.id], result)
         times = [r.mission_s for r in result.rounds if r.mission_s is not None]
-        spread = f"{format_seconds(min(times))}..{format_seconds(max(times))}" if times else "no timing"
+        spread = format_span(times)
         if result.passed:
             self._gate_passed = True
             self.reporter.message(f"hard gate passed: {len(times)}/{rounds} rounds verified, {spread}, "

@@ -15,7 +15,7 @@ from fitness.records import (
     Status,
     to_jsonable,
 )
-from fitness.score import Target, format_seconds
+from fitness.score import Target, format_seconds, format_span
 from fitness.screen import parse_ptxas, screen
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "artifact_key",
     "default_cache_dir",
     "format_seconds",
+    "format_span",
     "parse_ptxas",
     "screen",
     "to_jsonable",

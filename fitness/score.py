@@ -52,3 +52,10 @@ def format_seconds(seconds: float | None) -> str:
         if seconds >= scale:
             return f"{seconds / scale:.3g} {unit}"
     return f"{seconds / 1e-9:.3g} ns"
+
+
+def format_span(seconds: list[float]) -> str:
+    """``fastest..slowest`` of several timings of one kernel (e.g. the hard gate's rounds)."""
+    if not seconds:
+        return "no timing"
+    return f"{format_seconds(min(seconds))}..{format_seconds(max(seconds))}"
