@@ -12,8 +12,12 @@ from seeds import get_family, shape
 FAMILY = get_family("flashcore")
 # the FlashAttention-2 design point: mma.sync both ways, softmax in registers, Q in registers
 FA2_LIKE = FAMILY.seed_genomes[0].replace(
-    block_m=64, block_n=64, warps=4, qk="mma", pv="mma", softmax="registers", reduce="shuffle", exp2=True,
-    layout="swizzled", kv_loads="cp_async2", q_in_registers=True)
+    block_m=64, block_n_d64=64, warps_d64=4, block_n_d128=64, warps_d128=4, qk="mma", pv="mma", softmax="registers",
+    reduce="shuffle", exp2=True, layout="swizzled", kv_loads="cp_async2", q_in_registers=True)
+# the throughput design point: 128-row blocks; at D = 64 FA2's tile (a warp owns 32 rows x 128 keys),
+# at D = 128 a warp owns 16 rows (32 would not fit the registers)
+LARGE_TILES = FA2_LIKE.replace(block_m=128, block_n_d64=128, warps_d64=4, block_n_d128=128, warps_d128=8,
+                               q_in_registers=False)
 
 
 def covering_sample(space: Space, seed: int = 0) -> list[Genome]:
@@ -49,7 +53,7 @@ def test_unsupported_head_dimension_is_rejected_clearly():
 @pytest.mark.nvcc
 def test_every_knob_value_compiles_and_the_design_points_pass_the_screen(cache_dir):
     builder = Builder(BuildConfig(cache_dir))
-    for genome in [FAMILY.seed_genomes[0], FA2_LIKE, FA2_LIKE.replace(block_m=16, kv_split=4)]:
+    for genome in [FAMILY.seed_genomes[0], FA2_LIKE, LARGE_TILES, FA2_LIKE.replace(block_m=16, kv_split=4)]:
         recipe = FAMILY.build_recipe(genome)
         result = screen(builder.build(genome.id, recipe), recipe.output, FAMILY.screen_limits)
         assert result.status is Status.OK, f"{genome}: {result.message}"
@@ -65,6 +69,10 @@ def test_constraints_exclude_what_the_kernel_cannot_build():
     space = FAMILY.space
     assert not space.is_valid(FA2_LIKE.replace(qk="wmma"))  # register softmax needs mma fragments
     assert not space.is_valid(FA2_LIKE.replace(block_m=16))  # 4 warps cannot each own 16 of 16 rows
+    assert not space.is_valid(FA2_LIKE.replace(block_m=32, warps_d128=4))  # ... at D = 128 either
+    assert space.is_valid(FA2_LIKE.replace(block_m=32, warps_d64=2, warps_d128=2))
+    assert not space.is_valid(LARGE_TILES.replace(warps_d128=4))  # 32 rows x (128 keys + 128 dims) a warp
+    assert space.is_valid(LARGE_TILES)
     assert not space.is_valid(FA2_LIKE.replace(reduce="serial"))
     assert not space.is_valid(FAMILY.seed_genomes[0].replace(q_in_registers=True))
     assert not space.is_valid(FAMILY.seed_genomes[0].replace(qk="wmma", layout="swizzled"))
@@ -76,7 +84,7 @@ def test_sampled_genomes_are_correct_on_every_shape(tmp_path):
     builder = Builder(BuildConfig(tmp_path / "cache"))
     evaluator = Evaluator(FAMILY, EvalConfig(trials=2), tmp_path / "loaded")
     verified = 0
-    for genome in [FAMILY.seed_genomes[0], FA2_LIKE, *covering_sample(FAMILY.space, seed=1)]:
+    for genome in [FAMILY.seed_genomes[0], FA2_LIKE, LARGE_TILES, *covering_sample(FAMILY.space, seed=1)]:
         recipe = FAMILY.build_recipe(genome)
         build = builder.build(genome.id, recipe)
         result = evaluator.evaluate(genome, build, screen(build, recipe.output, FAMILY.screen_limits))

@@ -7,7 +7,10 @@
 // wrappers, the shared-memory plan), flashcore_materialised.cuh, flashcore_fused.cuh, then this file.
 //
 // Knobs (macros):
-//   BLOCK_M, BLOCK_N, WARPS  query rows per block, key/value rows per tile, warps per block
+//   BLOCK_M         query rows per block
+//   BLOCK_N_D64, BLOCK_N_D128, WARPS_D64, WARPS_D128
+//                   key/value rows per tile and warps per block of each head dimension's kernel
+//                   (read as BLOCK_N and WARPS inside code templated on D)
 //   QK, PV          how S = Q K^T and O += P V are computed: 0 scalar FMA, 1 WMMA 16x16x16,
 //                   2 mma.sync m16n8k16 with ldmatrix
 //   SOFTMAX         0: S/P tile materialised in shared memory, 1: fused online softmax in registers
@@ -90,12 +93,12 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
     engine.finish(O + head, p, smem);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS)
+extern "C" __global__ void __launch_bounds__(WARPS_D64 * 32)
 flashcore_d64(const half* Q, const half* K, const half* V, half* O, int S, int causal, float scale) {
     attention<64>(Q, K, V, O, S, causal, scale);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS)
+extern "C" __global__ void __launch_bounds__(WARPS_D128 * 32)
 flashcore_d128(const half* Q, const half* K, const half* V, half* O, int S, int causal, float scale) {
     attention<128>(Q, K, V, O, S, causal, scale);
 }

@@ -47,6 +47,19 @@ struct Fused {
 #endif
     }
 
+    // -inf for the scores past S or above the diagonal (causal)
+    __device__ __forceinline__ void mask_scores(float (&s)[MT][NT][4], const Problem& p, int kv0) const {
+        const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    if (masked(p, kv0 + n * 8 + 2 * tq + e % 2, p.q0 + row0 + m * 16 + g + 8 * (e / 2)))
+                        s[m][n][e] = -CUDART_INF_F;
+    }
+
     __device__ void tile(const half* Ks, const half* Vs, const Problem& p, int kv0) {
         Ks += split * BLOCK_N * T::ld;  // this warp's slice of the stage (a multiple of 8 rows: same swizzle)
         Vs += split * BLOCK_N * T::ld;
@@ -82,32 +95,29 @@ struct Fused {
                 }
             }
         }
-        // scale, mask where the tile crosses S or the diagonal, online softmax per row
+        // mask where the tile crosses S or the diagonal, online softmax per row; the row max is kept
+        // in raw dot products and the scale applied inside one FFMA per score: s * scale - max * scale
         const bool edge = kv0 + BLOCK_N > p.S || (p.causal && kv0 + BLOCK_N - 1 > p.q0 + row0);
+        if (edge) mask_scores(s, p, kv0);  // a branch: the inner tiles run none of the masking arithmetic
+        const float scale = p.logit_scale;
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const int query = p.q0 + row0 + m * 16 + g + 8 * h;
                 float mx = row_max[m][h];
 #pragma unroll
                 for (int n = 0; n < NT; ++n)
 #pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        float v = s[m][n][2 * h + c] * p.logit_scale;
-                        if (edge && masked(p, kv0 + n * 8 + 2 * tq + c, query)) v = -CUDART_INF_F;
-                        s[m][n][2 * h + c] = v;
-                        mx = fmaxf(mx, v);
-                    }
+                    for (int c = 0; c < 2; ++c) mx = fmaxf(mx, s[m][n][2 * h + c]);
                 mx = quad_reduce_max(mx, 4);
-                const float reference = mx == -CUDART_INF_F ? 0.f : mx;
-                const float r = exp_base(row_max[m][h] - reference);
+                const float reference = mx == -CUDART_INF_F ? 0.f : mx * scale;
+                const float r = exp_base(row_max[m][h] * scale - reference);
                 float sum = 0.f;
 #pragma unroll
                 for (int n = 0; n < NT; ++n)
 #pragma unroll
                     for (int c = 0; c < 2; ++c) {
-                        const float e = exp_base(s[m][n][2 * h + c] - reference);
+                        const float e = exp_base(fmaf(s[m][n][2 * h + c], scale, -reference));
                         s[m][n][2 * h + c] = e;
                         sum += e;
                     }
@@ -194,7 +204,7 @@ struct Fused {
 #pragma unroll
             for (int k = 0; k < KV_SPLIT; ++k) {
                 const int slot = k * BLOCK_M + row;
-                const float weight = exp_base(stats[2 * slot] - top);  // 0 for a split that saw no key
+                const float weight = exp_base((stats[2 * slot] - top) * p.logit_scale);  // 0: a split that saw no key
                 numerator += weight * partial[slot * o_ld + col];
                 denominator += weight * stats[2 * slot + 1];
             }

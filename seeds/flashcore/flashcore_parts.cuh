@@ -5,6 +5,11 @@
 #include <mma.h>
 #include <stdint.h>
 
+// Each head dimension has its own key tile and warp count (the build passes BLOCK_N_D64, WARPS_D64,
+// BLOCK_N_D128, WARPS_D128). These names read the template parameter D of the function or struct
+// they appear in, so they are only usable inside code templated on the head dimension.
+#define BLOCK_N (D == 128 ? BLOCK_N_D128 : BLOCK_N_D64)
+#define WARPS (D == 128 ? WARPS_D128 : WARPS_D64)
 #define THREADS (WARPS * 32)
 #define KV_ROWS (BLOCK_N * KV_SPLIT)  // key/value rows a pipeline stage holds (one tile per split)
 
@@ -24,7 +29,17 @@ struct Tile {
     }
 };
 
-__device__ __forceinline__ float exp_base(float x) { return EXP2 ? exp2f(x) : expf(x); }
+// EXP2: one MUFU.EX2 (ex2.approx.ftz; exp2f itself adds a denormal range fix-up around it),
+// otherwise the accurate expf of the baseline.
+__device__ __forceinline__ float exp_base(float x) {
+#if EXP2
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return expf(x);
+#endif
+}
 
 template <typename P>
 __device__ __forceinline__ bool masked(const P& p, int key, int query) {
@@ -43,6 +58,10 @@ __device__ __forceinline__ float quad_reduce_sum(float v, int width) {
     return v;
 }
 
+__device__ __forceinline__ unsigned smem_address(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
 // rows x D halves from global (row stride D) into a shared tile, 16 bytes a thread-step;
 // rows at or past rows_valid are zero-filled.
 template <int D>
@@ -56,18 +75,35 @@ __device__ __forceinline__ void load_rows(half* dst, const half* src, int rows_v
     }
 }
 
-// The same as load_rows for one K or V stage of KV_ROWS rows, as cp.async copies (zero-fill past
-// rows_valid; a valid dummy address is passed for those since no byte is read).
+// The same as load_rows for one K or V stage of KV_ROWS rows, as cp.async copies. A thread copies
+// the same 16-byte chunk of rows r0, r0 + STEP, r0 + 2 STEP, ...: its shared and global addresses
+// are one base each plus compile-time offsets (the swizzle repeats every 8 rows). Rows at or past
+// rows_valid are zero-filled (only the last stage has any; a valid dummy address is passed).
 template <int D>
 __device__ __forceinline__ void copy_rows_async(half* dst, const half* src, int rows_valid, const half* dummy) {
-    constexpr int chunks = D / 8;
+    constexpr int chunks = D / 8, step = THREADS / chunks, steps = (KV_ROWS + step - 1) / step;
+    static_assert(THREADS % chunks == 0, "a thread keeps one chunk column");
+    constexpr bool repeats = LAYOUT != 2 || step % 8 == 0;
+    const int r0 = threadIdx.x / chunks, c = threadIdx.x % chunks * 8;
+    const unsigned base = smem_address(dst + Tile<D>::at(r0, c));
+    const half* from = src + r0 * D + c;
+    if (rows_valid >= KV_ROWS) {  // every stage but the last: no predicate, no address select
 #pragma unroll
-    for (int v = threadIdx.x; v < KV_ROWS * chunks; v += THREADS) {
-        const int r = v / chunks, c = (v % chunks) * 8;
+        for (int i = 0; i < steps; ++i) {
+            if (KV_ROWS % step != 0 && r0 + i * step >= KV_ROWS) break;
+            const unsigned address = repeats ? base + i * step * Tile<D>::ld * 2 : smem_address(dst + Tile<D>::at(r0 + i * step, c));
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(from + i * step * D));
+        }
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < steps; ++i) {
+        const int r = r0 + i * step;
+        if (KV_ROWS % step != 0 && r >= KV_ROWS) break;
+        const unsigned address = repeats ? base + i * step * Tile<D>::ld * 2 : smem_address(dst + Tile<D>::at(r, c));
         const bool valid = r < rows_valid;
-        const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(dst + Tile<D>::at(r, c)));
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address),
-                     "l"(valid ? src + (size_t)r * D + c : dummy), "r"(valid ? 16 : 0));
+                     "l"(valid ? from + i * step * D : dummy), "r"(valid ? 16 : 0));
     }
 }
 
@@ -76,10 +112,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ unsigned smem_address(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
 __device__ __forceinline__ void ldsm_x4(uint32_t* r, const half* p) {

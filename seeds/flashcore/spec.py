@@ -23,8 +23,8 @@ SOURCES = tuple(HERE / name for name in (
     "flashcore_parts.cuh", "flashcore_materialised.cuh", "flashcore_fused.cuh", "flashcore.cu"))
 HEAD_DIMS = (64, 128)
 SMEM_LIMIT = 227 * 1024
-MAX_ACCUMULATORS = 64  # fp32 output accumulators a thread keeps in registers (at D = 128)
-MAX_SCORES = 64  # fp32 S fragments a thread keeps in registers on the fused path
+MAX_ACCUMULATORS = 64  # fp32 O accumulators a thread keeps in registers on the materialised path
+MAX_FRAGMENTS = 192  # fp32 S + O fragments a thread keeps in registers on the fused path
 ENGINES = ("scalar", "wmma", "mma")
 STAGES = {"plain": 1, "cp_async2": 2, "cp_async3": 3}
 
@@ -33,9 +33,24 @@ def _align128(n: int) -> int:
     return (n + 127) // 128 * 128
 
 
+def block_n(g, head_dim: int) -> int:
+    """Key/value rows per tile of the kernel for this head dimension."""
+    return g[f"block_n_d{head_dim}"]
+
+
+def warps(g, head_dim: int) -> int:
+    """Warps per block of the kernel for this head dimension."""
+    return g[f"warps_d{head_dim}"]
+
+
+def rows_per_warp(g, head_dim: int) -> int:
+    """Query rows a warp owns on the fused path (warps sharing rows split the keys)."""
+    return g["block_m"] * g["kv_split"] // warps(g, head_dim)
+
+
 def shared_bytes(g, head_dim: int) -> int:
-    """Dynamic shared memory of one block; mirrors Plan<D> in flashcore.cu."""
-    bm, bn = g["block_m"], g["block_n"]
+    """Dynamic shared memory of one block; mirrors Plan<D> in flashcore_parts.cuh."""
+    bm, bn = g["block_m"], block_n(g, head_dim)
     ld = head_dim + (8 if g["layout"] == "padded" else 0)
     split = g["kv_split"]
     total = _align128(bm * ld * 2) + 2 * STAGES[g["kv_loads"]] * _align128(bn * split * ld * 2)
@@ -54,11 +69,28 @@ def _implies(condition: bool, consequence: bool) -> bool:
     return consequence or not condition
 
 
+def _registers_fit(g) -> bool:
+    for d in HEAD_DIMS:
+        if g["softmax"] == "registers":
+            if rows_per_warp(g, d) * (block_n(g, d) + d) // 32 > MAX_FRAGMENTS:
+                return False
+        elif g["pv"] != "wmma" and g["block_m"] * d // (warps(g, d) * 32) > MAX_ACCUMULATORS:
+            return False
+    return True
+
+
+def _warps_own_rows(g) -> bool:
+    return all(warps(g, d) % g["kv_split"] == 0 and g["block_m"] * g["kv_split"] % (16 * warps(g, d)) == 0
+               for d in HEAD_DIMS)
+
+
 SPACE = Space(
     [
         PowerOfTwo("block_m", 16, 128, description="query rows per block"),
-        PowerOfTwo("block_n", 32, 128, description="key/value rows per tile"),
-        PowerOfTwo("warps", 1, 8, description="warps per block"),
+        PowerOfTwo("block_n_d64", 32, 128, description="key/value rows per tile, D = 64 kernel"),
+        PowerOfTwo("warps_d64", 1, 8, description="warps per block, D = 64 kernel"),
+        PowerOfTwo("block_n_d128", 32, 128, description="key/value rows per tile, D = 128 kernel"),
+        PowerOfTwo("warps_d128", 1, 8, description="warps per block, D = 128 kernel"),
         Choice("qk", ENGINES, description="S = Q K^T: scalar FMA | WMMA 16x16x16 | mma.sync m16n8k16 + ldmatrix"),
         Choice("pv", ENGINES, description="O += P V: scalar FMA | WMMA 16x16x16 | mma.sync m16n8k16 + ldmatrix"),
         Choice("softmax", ("smem", "registers"),
@@ -75,16 +107,16 @@ SPACE = Space(
     [
         Constraint(
             "accumulators_fit_registers",
-            lambda g: g["pv"] == "wmma" or g["block_m"] * g["kv_split"] * max(HEAD_DIMS) // (g["warps"] * 32)
-            <= (2 * MAX_ACCUMULATORS if g["softmax"] == "registers" else MAX_ACCUMULATORS),
-            f"O accumulators a thread holds at D = 128, block_m * kv_split * 128 / (warps * 32): at most "
-            f"{2 * MAX_ACCUMULATORS} on the fused path (32 query rows a warp; the screen drops those that "
-            f"spill), {MAX_ACCUMULATORS} on the materialised path; WMMA keeps O in shared memory",
+            _registers_fit,
+            f"at each head dimension D: on the fused path the S and O fragments of a thread, rows a warp "
+            f"owns * (block_n + D) / 32, are at most {MAX_FRAGMENTS} (the screen drops those that still "
+            f"spill); on the materialised path the O accumulators, block_m * D / (warps * 32), at most "
+            f"{MAX_ACCUMULATORS} (WMMA keeps O in shared memory)",
         ),
         Constraint(
             "shared_memory_fits",
-            lambda g: shared_bytes(g, max(HEAD_DIMS)) <= SMEM_LIMIT,
-            f"Q tile + K/V stages + S/P/O tiles + row stats <= {SMEM_LIMIT} bytes at D = 128",
+            lambda g: all(shared_bytes(g, d) <= SMEM_LIMIT for d in HEAD_DIMS),
+            f"Q tile + K/V stages + S/P/O tiles + row stats <= {SMEM_LIMIT} bytes at each head dimension",
         ),
         Constraint(
             "register_softmax_needs_mma",
@@ -93,22 +125,14 @@ SPACE = Space(
         ),
         Constraint(
             "warps_own_query_rows",
-            lambda g: _implies(g["softmax"] == "registers",
-                               g["warps"] % g["kv_split"] == 0
-                               and g["block_m"] * g["kv_split"] % (16 * g["warps"]) == 0),
-            "softmax in registers: kv_split divides warps, and each warp owns a multiple of 16 query rows "
-            "(block_m * kv_split % (16 * warps) == 0)",
+            lambda g: _implies(g["softmax"] == "registers", _warps_own_rows(g)),
+            "softmax in registers: at each head dimension kv_split divides warps, and each warp owns a "
+            "multiple of 16 query rows (block_m * kv_split % (16 * warps) == 0)",
         ),
         Constraint(
             "kv_split_needs_fused_path",
             lambda g: _implies(g["kv_split"] > 1, g["softmax"] == "registers"),
             "only the fused path splits key tiles between warps (kv_split = 1 unless softmax = registers)",
-        ),
-        Constraint(
-            "scores_fit_registers",
-            lambda g: _implies(g["softmax"] == "registers",
-                               g["block_m"] * g["kv_split"] // g["warps"] * g["block_n"] // 32 <= MAX_SCORES),
-            f"softmax in registers: (block_m * kv_split / warps) * block_n / 32 <= {MAX_SCORES} scores a thread",
         ),
         Constraint(
             "register_softmax_reduces_by_shuffle",
@@ -128,7 +152,7 @@ SPACE = Space(
     ],
 )
 
-SEED = SPACE.genome(dict(block_m=16, block_n=64, warps=4, qk="scalar", pv="scalar", softmax="smem",
+SEED = SPACE.genome(dict(block_m=16, block_n_d64=64, warps_d64=4, block_n_d128=64, warps_d128=4, qk="scalar", pv="scalar", softmax="smem",
                          reduce="serial", exp2=False, layout="plain", kv_loads="plain", q_in_registers=False,
                          kv_split=1))
 
@@ -158,11 +182,12 @@ class FlashCore(KernelFamily):
 
     def build_recipe(self, genome) -> BuildRecipe:
         g = genome.as_dict()
-        macros = dict(BLOCK_M=g["block_m"], BLOCK_N=g["block_n"], WARPS=g["warps"], QK=ENGINES.index(g["qk"]),
+        macros = dict(BLOCK_M=g["block_m"], QK=ENGINES.index(g["qk"]),
                       PV=ENGINES.index(g["pv"]), SOFTMAX=int(g["softmax"] == "registers"),
                       REDUCE=int(g["reduce"] == "shuffle"), EXP2=int(g["exp2"]),
                       LAYOUT=("plain", "padded", "swizzled").index(g["layout"]), STAGES=STAGES[g["kv_loads"]],
-                      Q_REGS=int(g["q_in_registers"]), KV_SPLIT=g["kv_split"])
+                      Q_REGS=int(g["q_in_registers"]), KV_SPLIT=g["kv_split"],
+                      **{f"{name.upper()}_D{d}": g[f"{name}_d{d}"] for name in ("block_n", "warps") for d in HEAD_DIMS})
         flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
             f"-D{k}={v}" for k, v in sorted(macros.items()))
         source = "".join(f'#line 1 "{path.name}"\n{path.read_text()}\n' for path in SOURCES)
@@ -215,7 +240,7 @@ class FlashCore(KernelFamily):
         function, smem = kernels[d]
         q, k, v = inputs
         grid = ((s + g["block_m"] - 1) // g["block_m"], b * h)
-        function.launch(grid, (g["warps"] * 32,),
+        function.launch(grid, (warps(g, d) * 32,),
                         [ptr(q), ptr(k), ptr(v), ptr(output), ctypes.c_int(s), ctypes.c_int(shape["causal"]),
                          ctypes.c_float(1.0 / math.sqrt(d))],
                         shared_bytes=smem)
