@@ -22,6 +22,9 @@
 //   Q_REGS          fused path: Q fragments loaded once into registers
 //   KV_SPLIT        fused path: this many warps share each query row, each takes one BLOCK_N slice
 //                   of every K/V stage; their partial results are merged at the end
+//   CLUSTER         fused path: this many blocks of a thread-block cluster share the query rows,
+//                   each takes every CLUSTER-th K/V stage; the partial results are merged through
+//                   distributed shared memory, each block writing BLOCK_M / CLUSTER rows of O
 
 
 template <int D>
@@ -36,7 +39,8 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
 
     const size_t head = (size_t)blockIdx.y * S * D;
     Problem p;
-    p.q0 = blockIdx.x * BLOCK_M;
+    p.rank = CLUSTER > 1 ? cluster_rank() : 0;
+    p.q0 = blockIdx.x / CLUSTER * BLOCK_M;
     p.S = S;
     p.causal = causal;
     p.K = K + head;
@@ -51,20 +55,23 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
     Materialised<D> engine;
 #endif
     engine.init(smem, Qs);
-    const int tiles = (p.kv_end + KV_ROWS - 1) / KV_ROWS;
+    // this block's stages: key tiles rank, rank + CLUSTER, ... (all of them without a cluster)
+    const int all_tiles = (p.kv_end + KV_ROWS - 1) / KV_ROWS;
+    const int tiles = all_tiles > p.rank ? (all_tiles - p.rank + CLUSTER - 1) / CLUSTER : 0;
+    auto first_key = [&](int t) { return (p.rank + t * CLUSTER) * KV_ROWS; };
 #if STAGES > 1
 #pragma unroll
     for (int t = 0; t < STAGES - 1; ++t) {
         if (t < tiles) {
-            copy_rows_async<D>(Ks + t * kv_tile, p.K + (size_t)t * KV_ROWS * D, S - t * KV_ROWS, p.K);
-            copy_rows_async<D>(Vs + t * kv_tile, p.V + (size_t)t * KV_ROWS * D, S - t * KV_ROWS, p.V);
+            copy_rows_async<D>(Ks + t * kv_tile, p.K + (size_t)first_key(t) * D, S - first_key(t), p.K);
+            copy_rows_async<D>(Vs + t * kv_tile, p.V + (size_t)first_key(t) * D, S - first_key(t), p.V);
         }
         cp_async_commit();
     }
 #endif
 #pragma unroll 1
     for (int t = 0; t < tiles; ++t) {
-        const int kv0 = t * KV_ROWS;
+        const int kv0 = first_key(t);
 #if STAGES == 1
         const half* Kt = Ks;
         const half* Vt = Vs;
@@ -76,8 +83,8 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
         const int next = t + STAGES - 1;
         if (next < tiles) {
             const int buffer = next % STAGES;
-            copy_rows_async<D>(Ks + buffer * kv_tile, p.K + (size_t)next * KV_ROWS * D, S - next * KV_ROWS, p.K);
-            copy_rows_async<D>(Vs + buffer * kv_tile, p.V + (size_t)next * KV_ROWS * D, S - next * KV_ROWS, p.V);
+            copy_rows_async<D>(Ks + buffer * kv_tile, p.K + (size_t)first_key(next) * D, S - first_key(next), p.K);
+            copy_rows_async<D>(Vs + buffer * kv_tile, p.V + (size_t)first_key(next) * D, S - first_key(next), p.V);
         }
         cp_async_commit();
         cp_async_wait<STAGES - 1>();
@@ -93,12 +100,18 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
     engine.finish(O + head, p, smem);
 }
 
-extern "C" __global__ void __launch_bounds__(WARPS_D64 * 32)
+#if CLUSTER > 1
+#define CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
+#else
+#define CLUSTER_DIMS
+#endif
+
+extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(WARPS_D64 * 32)
 flashcore_d64(const half* Q, const half* K, const half* V, half* O, int S, int causal, float scale) {
     attention<64>(Q, K, V, O, S, causal, scale);
 }
 
-extern "C" __global__ void __launch_bounds__(WARPS_D128 * 32)
+extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(WARPS_D128 * 32)
 flashcore_d128(const half* Q, const half* K, const half* V, half* O, int S, int causal, float scale) {
     attention<128>(Q, K, V, O, S, causal, scale);
 }

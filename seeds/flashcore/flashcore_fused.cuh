@@ -156,7 +156,7 @@ struct Fused {
 
     __device__ void finish(half* O, const Problem& p, unsigned char* smem) {
         const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-#if KV_SPLIT == 1
+#if KV_SPLIT == 1 && CLUSTER == 1
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
 #pragma unroll
@@ -172,6 +172,8 @@ struct Fused {
             }
         }
 #else
+        // every split (warps sharing rows, blocks of a cluster) leaves its unnormalised O, raw row max
+        // and row sum in shared memory; the rows are then merged as split-K softmax does
         constexpr int o_ld = D + 4;
         using P_ = Plan<D>;
         float* partial = reinterpret_cast<float*>(smem + P_::bytes - P_::merge_bytes);  // [split][row][o_ld]
@@ -187,29 +189,55 @@ struct Fused {
                     stats[2 * slot + 1] = sum;
                 }
 #pragma unroll
-                for (int d = 0; d < DT; ++d) {
-                    partial[slot * o_ld + d * 8 + 2 * tq] = o[m][d][2 * h];
-                    partial[slot * o_ld + d * 8 + 2 * tq + 1] = o[m][d][2 * h + 1];
-                }
+                for (int d = 0; d < DT; ++d)
+                    *reinterpret_cast<float2*>(partial + slot * o_ld + d * 8 + 2 * tq) =
+                        make_float2(o[m][d][2 * h], o[m][d][2 * h + 1]);
             }
         }
+#if CLUSTER > 1
+        cluster_sync();  // every block's partial results are written
+#else
         __syncthreads();
-        for (int e = threadIdx.x; e < BLOCK_M * D; e += THREADS) {
-            const int row = e / D, col = e % D;
+#endif
+        // this block writes BLOCK_M / CLUSTER of the rows, four columns a thread-step
+        constexpr int rows = BLOCK_M / CLUSTER, quads = D / 4;
+        static_assert(BLOCK_M % CLUSTER == 0, "CLUSTER must divide BLOCK_M");
+        for (int e = threadIdx.x; e < rows * quads; e += THREADS) {
+            const int row = p.rank * rows + e / quads, col = e % quads * 4;
             if (p.q0 + row >= p.S) continue;
+            float2 part[CLUSTER][KV_SPLIT];
             float top = -CUDART_INF_F;
 #pragma unroll
-            for (int k = 0; k < KV_SPLIT; ++k) top = fmaxf(top, stats[2 * (k * BLOCK_M + row)]);
-            float numerator = 0.f, denominator = 0.f;
+            for (int c = 0; c < CLUSTER; ++c)
 #pragma unroll
-            for (int k = 0; k < KV_SPLIT; ++k) {
-                const int slot = k * BLOCK_M + row;
-                const float weight = exp_base((stats[2 * slot] - top) * p.logit_scale);  // 0: a split that saw no key
-                numerator += weight * partial[slot * o_ld + col];
-                denominator += weight * stats[2 * slot + 1];
-            }
-            O[(size_t)(p.q0 + row) * D + col] = __float2half(numerator / denominator);
+                for (int k = 0; k < KV_SPLIT; ++k) {
+                    const float* s = stats + 2 * (k * BLOCK_M + row);
+                    part[c][k] = CLUSTER > 1 ? load_peer2(s, c) : *reinterpret_cast<const float2*>(s);
+                    top = fmaxf(top, part[c][k].x);
+                }
+            float4 numerator = make_float4(0.f, 0.f, 0.f, 0.f);
+            float denominator = 0.f;
+#pragma unroll
+            for (int c = 0; c < CLUSTER; ++c)
+#pragma unroll
+                for (int k = 0; k < KV_SPLIT; ++k) {
+                    const float weight = exp_base((part[c][k].x - top) * p.logit_scale);  // 0: a split that saw no key
+                    const float* source = partial + (k * BLOCK_M + row) * o_ld + col;
+                    const float4 v = CLUSTER > 1 ? load_peer4(source, c) : *reinterpret_cast<const float4*>(source);
+                    numerator.x += weight * v.x;
+                    numerator.y += weight * v.y;
+                    numerator.z += weight * v.z;
+                    numerator.w += weight * v.w;
+                    denominator += weight * part[c][k].y;
+                }
+            const float inv = 1.f / denominator;
+            half2* out = reinterpret_cast<half2*>(O + (size_t)(p.q0 + row) * D + col);
+            out[0] = __floats2half2_rn(numerator.x * inv, numerator.y * inv);
+            out[1] = __floats2half2_rn(numerator.z * inv, numerator.w * inv);
         }
+#if CLUSTER > 1
+        cluster_sync();  // the other blocks may still be reading this block's partial results
+#endif
 #endif
     }
 };

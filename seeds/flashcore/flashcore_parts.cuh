@@ -167,9 +167,9 @@ struct Plan {
     static constexpr int o_ld = D + 4;        // floats per O row (WMMA P V keeps O in shared memory)
     static constexpr int q_bytes = align128(BLOCK_M * T::ld * 2);
     static constexpr int kv_bytes = align128(KV_ROWS * T::ld * 2);  // one K or V stage
-    // fused path with KV_SPLIT > 1: each split's unnormalised O, row max and row sum, merged at the end
-    static constexpr int merge_bytes =
-        SOFTMAX == 1 && KV_SPLIT > 1 ? align128(KV_SPLIT * BLOCK_M * (D + 4) * 4) + align128(2 * KV_SPLIT * BLOCK_M * 4) : 0;
+    // fused path with KV_SPLIT > 1 or CLUSTER > 1: each split's unnormalised O, row max and row sum
+    static constexpr int merge_bytes = SOFTMAX == 1 && (KV_SPLIT > 1 || CLUSTER > 1)
+        ? align128(KV_SPLIT * BLOCK_M * (D + 4) * 4) + align128(2 * KV_SPLIT * BLOCK_M * 4) : 0;
     static constexpr int s_bytes = SOFTMAX == 0 ? align128(BLOCK_M * s_ld * 4) : 0;
     static constexpr int p_bytes = SOFTMAX == 0 && PV != 0 ? align128(BLOCK_M * p_ld * 2) : 0;
     static constexpr int o_bytes = SOFTMAX == 0 && PV == 1 ? align128(BLOCK_M * o_ld * 4) : 0;
@@ -181,5 +181,38 @@ struct Problem {
     const half* __restrict__ K;
     const half* __restrict__ V;
     int S, causal, q0, kv_end;
+    int rank;  // this block's place in its cluster: it takes key tiles rank, rank + CLUSTER, ...
     float logit_scale;
 };
+
+// Thread-block clusters (CLUSTER blocks share query rows and split the key tiles): the block's rank,
+// a cluster-wide barrier (release / acquire: shared-memory writes before it are visible to every
+// block of the cluster after it), and loads from a peer block's shared memory (mapa + ld.shared::cluster).
+__device__ __forceinline__ int cluster_rank() {
+    unsigned rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    return static_cast<int>(rank);
+}
+
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ unsigned peer_address(const void* local, int rank) {
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_address(local)), "r"(rank));
+    return remote;
+}
+
+__device__ __forceinline__ float2 load_peer2(const float* local, int rank) {
+    float2 v;
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(peer_address(local, rank)));
+    return v;
+}
+
+__device__ __forceinline__ float4 load_peer4(const float* local, int rank) {
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(peer_address(local, rank)));
+    return v;
+}

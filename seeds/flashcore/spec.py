@@ -54,7 +54,7 @@ def shared_bytes(g, head_dim: int) -> int:
     ld = head_dim + (8 if g["layout"] == "padded" else 0)
     split = g["kv_split"]
     total = _align128(bm * ld * 2) + 2 * STAGES[g["kv_loads"]] * _align128(bn * split * ld * 2)
-    if split > 1:
+    if split > 1 or g["cluster_kv_split"] > 1:
         total += _align128(split * bm * (head_dim + 4) * 4) + _align128(2 * split * bm * 4)
     if g["softmax"] == "smem":
         total += _align128(bm * (bn + 4) * 4) + _align128(3 * bm * 4)
@@ -103,6 +103,9 @@ SPACE = Space(
         Boolean("q_in_registers", description="fused path: Q fragments loaded once into registers"),
         PowerOfTwo("kv_split", 1, 4,
                    description="fused path: warps sharing query rows, each on its slice of every K/V stage, merged at the end"),
+        PowerOfTwo("cluster_kv_split", 1, 4,
+                   description="fused path: blocks of a thread-block cluster sharing query rows, each on every n-th "
+                               "K/V stage, merged through distributed shared memory"),
     ],
     [
         Constraint(
@@ -135,6 +138,11 @@ SPACE = Space(
             "only the fused path splits key tiles between warps (kv_split = 1 unless softmax = registers)",
         ),
         Constraint(
+            "cluster_split_needs_fused_path",
+            lambda g: _implies(g["cluster_kv_split"] > 1, g["softmax"] == "registers"),
+            "only the fused path merges partial rows across a cluster (cluster_kv_split = 1 unless softmax = registers)",
+        ),
+        Constraint(
             "register_softmax_reduces_by_shuffle",
             lambda g: _implies(g["softmax"] == "registers", g["reduce"] == "shuffle"),
             "softmax in registers always reduces rows with quad shuffles (reduce = shuffle)",
@@ -152,9 +160,9 @@ SPACE = Space(
     ],
 )
 
-SEED = SPACE.genome(dict(block_m=16, block_n_d64=64, warps_d64=4, block_n_d128=64, warps_d128=4, qk="scalar", pv="scalar", softmax="smem",
-                         reduce="serial", exp2=False, layout="plain", kv_loads="plain", q_in_registers=False,
-                         kv_split=1))
+SEED = SPACE.genome(dict(block_m=16, block_n_d64=64, warps_d64=4, block_n_d128=64, warps_d128=4, qk="scalar",
+                         pv="scalar", softmax="smem", reduce="serial", exp2=False, layout="plain", kv_loads="plain",
+                         q_in_registers=False, kv_split=1, cluster_kv_split=1))
 
 
 def attention_shape(name: str, b: int, h: int, s: int, d: int, *, causal: bool = False, mission: bool = False):
@@ -186,7 +194,7 @@ class FlashCore(KernelFamily):
                       PV=ENGINES.index(g["pv"]), SOFTMAX=int(g["softmax"] == "registers"),
                       REDUCE=int(g["reduce"] == "shuffle"), EXP2=int(g["exp2"]),
                       LAYOUT=("plain", "padded", "swizzled").index(g["layout"]), STAGES=STAGES[g["kv_loads"]],
-                      Q_REGS=int(g["q_in_registers"]), KV_SPLIT=g["kv_split"],
+                      Q_REGS=int(g["q_in_registers"]), KV_SPLIT=g["kv_split"], CLUSTER=g["cluster_kv_split"],
                       **{f"{name.upper()}_D{d}": g[f"{name}_d{d}"] for name in ("block_n", "warps") for d in HEAD_DIMS})
         flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
             f"-D{k}={v}" for k, v in sorted(macros.items()))
@@ -239,7 +247,7 @@ class FlashCore(KernelFamily):
         b, h, s, d = shape["b"], shape["h"], shape["s"], shape["d"]
         function, smem = kernels[d]
         q, k, v = inputs
-        grid = ((s + g["block_m"] - 1) // g["block_m"], b * h)
+        grid = ((s + g["block_m"] - 1) // g["block_m"] * g["cluster_kv_split"], b * h)
         function.launch(grid, (warps(g, d) * 32,),
                         [ptr(q), ptr(k), ptr(v), ptr(output), ctypes.c_int(s), ctypes.c_int(shape["causal"]),
                          ctypes.c_float(1.0 / math.sqrt(d))],
