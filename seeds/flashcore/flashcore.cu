@@ -48,13 +48,18 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
     p.kv_end = causal ? min(S, p.q0 + BLOCK_M) : S;
     p.logit_scale = EXP2 ? scale * 1.4426950408889634f : scale;
 
+#if STAGES > 1
+    // the Q tile is the first cp.async group, so its latency overlaps the K/V prologue's
+    copy_rows_async<D, BLOCK_M>(Qs, Q + head + (size_t)p.q0 * D, S - p.q0, Q + head);
+    cp_async_commit();
+#else
     load_rows<D>(Qs, Q + head + (size_t)p.q0 * D, min(BLOCK_M, S - p.q0), BLOCK_M);
+#endif
 #if SOFTMAX == 1
     Fused<D> engine;
 #else
     Materialised<D> engine;
 #endif
-    engine.init(smem, Qs);
     // this block's stages: key tiles rank, rank + CLUSTER, ... (all of them without a cluster)
     const int all_tiles = (p.kv_end + KV_ROWS - 1) / KV_ROWS;
     const int tiles = all_tiles > p.rank ? (all_tiles - p.rank + CLUSTER - 1) / CLUSTER : 0;
@@ -63,12 +68,13 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
 #pragma unroll
     for (int t = 0; t < STAGES - 1; ++t) {
         if (t < tiles) {
-            copy_rows_async<D>(Ks + t * kv_tile, p.K + (size_t)first_key(t) * D, S - first_key(t), p.K);
-            copy_rows_async<D>(Vs + t * kv_tile, p.V + (size_t)first_key(t) * D, S - first_key(t), p.V);
+            copy_rows_async<D, KV_ROWS>(Ks + t * kv_tile, p.K + (size_t)first_key(t) * D, S - first_key(t), p.K);
+            copy_rows_async<D, KV_ROWS>(Vs + t * kv_tile, p.V + (size_t)first_key(t) * D, S - first_key(t), p.V);
         }
         cp_async_commit();
     }
 #endif
+    engine.init(smem, Qs);  // with Q in registers it waits for the Q group (the K/V stages stay in flight)
 #pragma unroll 1
     for (int t = 0; t < tiles; ++t) {
         const int kv0 = first_key(t);
@@ -83,8 +89,8 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
         const int next = t + STAGES - 1;
         if (next < tiles) {
             const int buffer = next % STAGES;
-            copy_rows_async<D>(Ks + buffer * kv_tile, p.K + (size_t)first_key(next) * D, S - first_key(next), p.K);
-            copy_rows_async<D>(Vs + buffer * kv_tile, p.V + (size_t)first_key(next) * D, S - first_key(next), p.V);
+            copy_rows_async<D, KV_ROWS>(Ks + buffer * kv_tile, p.K + (size_t)first_key(next) * D, S - first_key(next), p.K);
+            copy_rows_async<D, KV_ROWS>(Vs + buffer * kv_tile, p.V + (size_t)first_key(next) * D, S - first_key(next), p.V);
         }
         cp_async_commit();
         cp_async_wait<STAGES - 1>();

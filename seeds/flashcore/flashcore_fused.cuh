@@ -39,6 +39,9 @@ struct Fused {
                 for (int e = 0; e < 4; ++e) o[m][d][e] = 0.f;
         }
 #if Q_REGS
+#if STAGES > 1
+        cp_async_wait<STAGES - 1>();  // the Q group (committed before the STAGES - 1 K/V prologue groups)
+#endif
         __syncthreads();  // the Q tile has landed
 #pragma unroll
         for (int m = 0; m < MT; ++m)

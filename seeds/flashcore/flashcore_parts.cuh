@@ -75,22 +75,22 @@ __device__ __forceinline__ void load_rows(half* dst, const half* src, int rows_v
     }
 }
 
-// The same as load_rows for one K or V stage of KV_ROWS rows, as cp.async copies. A thread copies
-// the same 16-byte chunk of rows r0, r0 + STEP, r0 + 2 STEP, ...: its shared and global addresses
-// are one base each plus compile-time offsets (the swizzle repeats every 8 rows). Rows at or past
-// rows_valid are zero-filled (only the last stage has any; a valid dummy address is passed).
-template <int D>
+// The same as load_rows as cp.async copies, for a tile of ROWS rows (the Q tile, a K or V stage).
+// A thread copies the same 16-byte chunk of rows r0, r0 + step, r0 + 2 step, ...: its shared and
+// global addresses are one base each plus compile-time offsets (the swizzle repeats every 8 rows).
+// Rows at or past rows_valid are zero-filled (only a last tile has any; a valid dummy address is passed).
+template <int D, int ROWS>
 __device__ __forceinline__ void copy_rows_async(half* dst, const half* src, int rows_valid, const half* dummy) {
-    constexpr int chunks = D / 8, step = THREADS / chunks, steps = (KV_ROWS + step - 1) / step;
+    constexpr int chunks = D / 8, step = THREADS / chunks, steps = (ROWS + step - 1) / step;
     static_assert(THREADS % chunks == 0, "a thread keeps one chunk column");
     constexpr bool repeats = LAYOUT != 2 || step % 8 == 0;
     const int r0 = threadIdx.x / chunks, c = threadIdx.x % chunks * 8;
     const unsigned base = smem_address(dst + Tile<D>::at(r0, c));
     const half* from = src + r0 * D + c;
-    if (rows_valid >= KV_ROWS) {  // every stage but the last: no predicate, no address select
+    if (rows_valid >= ROWS) {  // every stage but the last: no predicate, no address select
 #pragma unroll
         for (int i = 0; i < steps; ++i) {
-            if (KV_ROWS % step != 0 && r0 + i * step >= KV_ROWS) break;
+            if (ROWS % step != 0 && r0 + i * step >= ROWS) break;
             const unsigned address = repeats ? base + i * step * Tile<D>::ld * 2 : smem_address(dst + Tile<D>::at(r0 + i * step, c));
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(from + i * step * D));
         }
@@ -99,7 +99,7 @@ __device__ __forceinline__ void copy_rows_async(half* dst, const half* src, int 
 #pragma unroll
     for (int i = 0; i < steps; ++i) {
         const int r = r0 + i * step;
-        if (KV_ROWS % step != 0 && r >= KV_ROWS) break;
+        if (ROWS % step != 0 && r >= ROWS) break;
         const unsigned address = repeats ? base + i * step * Tile<D>::ld * 2 : smem_address(dst + Tile<D>::at(r, c));
         const bool valid = r < rows_valid;
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address),
