@@ -64,13 +64,13 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
     const int all_tiles = (p.kv_end + KV_ROWS - 1) / KV_ROWS;
     const int tiles = all_tiles > p.rank ? (all_tiles - p.rank + CLUSTER - 1) / CLUSTER : 0;
     auto first_key = [&](int t) { return (p.rank + t * CLUSTER) * KV_ROWS; };
+    // K and V of a stage are separate cp.async groups: Q K^T and the softmax run while V lands
 #if STAGES > 1
 #pragma unroll
     for (int t = 0; t < STAGES - 1; ++t) {
-        if (t < tiles) {
-            copy_rows_async<D, KV_ROWS>(Ks + t * kv_tile, p.K + (size_t)first_key(t) * D, S - first_key(t), p.K);
-            copy_rows_async<D, KV_ROWS>(Vs + t * kv_tile, p.V + (size_t)first_key(t) * D, S - first_key(t), p.V);
-        }
+        if (t < tiles) copy_rows_async<D, KV_ROWS>(Ks + t * kv_tile, p.K + (size_t)first_key(t) * D, S - first_key(t), p.K);
+        cp_async_commit();
+        if (t < tiles) copy_rows_async<D, KV_ROWS>(Vs + t * kv_tile, p.V + (size_t)first_key(t) * D, S - first_key(t), p.V);
         cp_async_commit();
     }
 #endif
@@ -79,28 +79,25 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
     for (int t = 0; t < tiles; ++t) {
         const int kv0 = first_key(t);
 #if STAGES == 1
-        const half* Kt = Ks;
-        const half* Vt = Vs;
         __syncthreads();  // everyone is done with the previous tile
         load_rows<D>(Ks, p.K + (size_t)kv0 * D, min(KV_ROWS, S - kv0), KV_ROWS);
         load_rows<D>(Vs, p.V + (size_t)kv0 * D, min(KV_ROWS, S - kv0), KV_ROWS);
         __syncthreads();
+        engine.score(Ks, p, kv0);
+        __syncthreads();
+        engine.accumulate(Vs);
 #else
-        const int next = t + STAGES - 1;
-        if (next < tiles) {
-            const int buffer = next % STAGES;
-            copy_rows_async<D, KV_ROWS>(Ks + buffer * kv_tile, p.K + (size_t)first_key(next) * D, S - first_key(next), p.K);
-            copy_rows_async<D, KV_ROWS>(Vs + buffer * kv_tile, p.V + (size_t)first_key(next) * D, S - first_key(next), p.V);
-        }
+        cp_async_wait<2 * STAGES - 3>();  // K of stage t has landed (its V and later stages may not have)
+        __syncthreads();  // ... for every thread; and every warp is done with stage t - 1, whose buffers refill now
+        const int next = t + STAGES - 1, buffer = next % STAGES;
+        if (next < tiles) copy_rows_async<D, KV_ROWS>(Ks + buffer * kv_tile, p.K + (size_t)first_key(next) * D, S - first_key(next), p.K);
         cp_async_commit();
-        cp_async_wait<STAGES - 1>();
-        __syncthreads();  // tile t (and the Q tile) visible to every thread
-        const half* Kt = Ks + (t % STAGES) * kv_tile;
-        const half* Vt = Vs + (t % STAGES) * kv_tile;
-#endif
-        engine.tile(Kt, Vt, p, kv0);
-#if STAGES > 1
-        __syncthreads();  // buffer t % STAGES is refilled in the next iteration
+        if (next < tiles) copy_rows_async<D, KV_ROWS>(Vs + buffer * kv_tile, p.V + (size_t)first_key(next) * D, S - first_key(next), p.V);
+        cp_async_commit();
+        engine.score(Ks + (t % STAGES) * kv_tile, p, kv0);
+        cp_async_wait<2 * STAGES - 2>();  // V of stage t has landed
+        __syncthreads();
+        engine.accumulate(Vs + (t % STAGES) * kv_tile);
 #endif
     }
     engine.finish(O + head, p, smem);

@@ -15,6 +15,7 @@ struct Fused {
     static_assert(WARPS % KV_SPLIT == 0, "KV_SPLIT must divide WARPS");
     static_assert(ROWS % 16 == 0, "the fused path needs 16 query rows per warp (BLOCK_M % (16 * WARPS / KV_SPLIT) == 0)");
     float o[MT][DT][4];
+    float s[MT][NT][4];  // the current tile's scores, then probabilities
     float row_max[MT][2], row_sum[MT][2];
 #if Q_REGS
     uint32_t q[MT][D / 16][4];
@@ -40,7 +41,7 @@ struct Fused {
         }
 #if Q_REGS
 #if STAGES > 1
-        cp_async_wait<STAGES - 1>();  // the Q group (committed before the STAGES - 1 K/V prologue groups)
+        cp_async_wait<2 * (STAGES - 1)>();  // the Q group (committed before the K and V groups of the prologue)
 #endif
         __syncthreads();  // the Q tile has landed
 #pragma unroll
@@ -63,12 +64,11 @@ struct Fused {
                         s[m][n][e] = -CUDART_INF_F;
     }
 
-    __device__ void tile(const half* Ks, const half* Vs, const Problem& p, int kv0) {
+    // S = Q K^T for this warp's slice of the K stage, then the online softmax: s holds P
+    __device__ void score(const half* Ks, const Problem& p, int kv0) {
         Ks += split * BLOCK_N * T::ld;  // this warp's slice of the stage (a multiple of 8 rows: same swizzle)
-        Vs += split * BLOCK_N * T::ld;
         kv0 += split * BLOCK_N;
-        const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-        float s[MT][NT][4];
+        const int lane = threadIdx.x % 32;
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -133,7 +133,12 @@ struct Fused {
                 }
             }
         }
-        // O += P V, P taken straight from the S fragments
+    }
+
+    // O += P V for the same slice of the V stage, P taken straight from the S fragments
+    __device__ void accumulate(const half* Vs) {
+        Vs += split * BLOCK_N * T::ld;
+        const int lane = threadIdx.x % 32;
 #pragma unroll
         for (int k = 0; k < BLOCK_N / 16; ++k) {
             uint32_t a[MT][4];

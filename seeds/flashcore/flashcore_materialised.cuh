@@ -214,12 +214,11 @@ struct Materialised {
 #endif
     }
 
-    __device__ void tile(const half* Ks, const half* Vs, const Problem& p, int kv0) {
+    // S = Q K^T, then the softmax: P in shared memory (the caller syncs before accumulate(Vs))
+    __device__ void score(const half* Ks, const Problem& p, int kv0) {
         scores(Ks, p, kv0);
         __syncthreads();
         softmax(p, kv0);
-        __syncthreads();
-        accumulate(Vs);
     }
 
     __device__ void finish(half* O, const Problem& p, unsigned char*) {
