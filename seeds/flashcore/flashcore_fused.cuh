@@ -207,41 +207,58 @@ struct Fused {
 #else
         __syncthreads();
 #endif
-        // this block writes BLOCK_M / CLUSTER of the rows, four columns a thread-step
-        constexpr int rows = BLOCK_M / CLUSTER, quads = D / 4;
+        // this block writes BLOCK_M / CLUSTER of the rows, four columns an item; a thread loads the
+        // statistics and partial rows of BATCH items before it uses any, so that the (distributed)
+        // shared-memory latencies overlap instead of adding up
+        constexpr int rows = BLOCK_M / CLUSTER, quads = D / 4, items = rows * quads;
+        constexpr int BATCH = CLUSTER * KV_SPLIT >= 8 ? 1 : 8 / (CLUSTER * KV_SPLIT);  // <= 8 partial rows in registers
         static_assert(BLOCK_M % CLUSTER == 0, "CLUSTER must divide BLOCK_M");
-        for (int e = threadIdx.x; e < rows * quads; e += THREADS) {
-            const int row = p.rank * rows + e / quads, col = e % quads * 4;
-            if (p.q0 + row >= p.S) continue;
-            float2 part[CLUSTER][KV_SPLIT];
-            float top = -CUDART_INF_F;
+        for (int first = threadIdx.x; first < items; first += BATCH * THREADS) {
+            float2 part[BATCH][CLUSTER][KV_SPLIT];
+            float4 rows_o[BATCH][CLUSTER][KV_SPLIT];
 #pragma unroll
-            for (int c = 0; c < CLUSTER; ++c)
+            for (int b = 0; b < BATCH; ++b) {
+                const int e = first + b * THREADS, row = p.rank * rows + e / quads, col = e % quads * 4;
+                if (e >= items) break;
 #pragma unroll
-                for (int k = 0; k < KV_SPLIT; ++k) {
-                    const float* s = stats + 2 * (k * BLOCK_M + row);
-                    part[c][k] = CLUSTER > 1 ? load_peer2(s, c) : *reinterpret_cast<const float2*>(s);
-                    top = fmaxf(top, part[c][k].x);
-                }
-            float4 numerator = make_float4(0.f, 0.f, 0.f, 0.f);
-            float denominator = 0.f;
+                for (int c = 0; c < CLUSTER; ++c)
 #pragma unroll
-            for (int c = 0; c < CLUSTER; ++c)
+                    for (int k = 0; k < KV_SPLIT; ++k) {
+                        const float* s = stats + 2 * (k * BLOCK_M + row);
+                        const float* source = partial + (k * BLOCK_M + row) * o_ld + col;
+                        part[b][c][k] = CLUSTER > 1 ? load_peer2(s, c) : *reinterpret_cast<const float2*>(s);
+                        rows_o[b][c][k] = CLUSTER > 1 ? load_peer4(source, c) : *reinterpret_cast<const float4*>(source);
+                    }
+            }
 #pragma unroll
-                for (int k = 0; k < KV_SPLIT; ++k) {
-                    const float weight = exp_base((part[c][k].x - top) * p.logit_scale);  // 0: a split that saw no key
-                    const float* source = partial + (k * BLOCK_M + row) * o_ld + col;
-                    const float4 v = CLUSTER > 1 ? load_peer4(source, c) : *reinterpret_cast<const float4*>(source);
-                    numerator.x += weight * v.x;
-                    numerator.y += weight * v.y;
-                    numerator.z += weight * v.z;
-                    numerator.w += weight * v.w;
-                    denominator += weight * part[c][k].y;
-                }
-            const float inv = 1.f / denominator;
-            half2* out = reinterpret_cast<half2*>(O + (size_t)(p.q0 + row) * D + col);
-            out[0] = __floats2half2_rn(numerator.x * inv, numerator.y * inv);
-            out[1] = __floats2half2_rn(numerator.z * inv, numerator.w * inv);
+            for (int b = 0; b < BATCH; ++b) {
+                const int e = first + b * THREADS, row = p.rank * rows + e / quads, col = e % quads * 4;
+                if (e >= items) break;
+                if (p.q0 + row >= p.S) continue;
+                float top = -CUDART_INF_F;
+#pragma unroll
+                for (int c = 0; c < CLUSTER; ++c)
+#pragma unroll
+                    for (int k = 0; k < KV_SPLIT; ++k) top = fmaxf(top, part[b][c][k].x);
+                float4 numerator = make_float4(0.f, 0.f, 0.f, 0.f);
+                float denominator = 0.f;
+#pragma unroll
+                for (int c = 0; c < CLUSTER; ++c)
+#pragma unroll
+                    for (int k = 0; k < KV_SPLIT; ++k) {
+                        const float weight = exp_base((part[b][c][k].x - top) * p.logit_scale);  // 0: a split that saw no key
+                        const float4 v = rows_o[b][c][k];
+                        numerator.x += weight * v.x;
+                        numerator.y += weight * v.y;
+                        numerator.z += weight * v.z;
+                        numerator.w += weight * v.w;
+                        denominator += weight * part[b][c][k].y;
+                    }
+                const float inv = 1.f / denominator;
+                half2* out = reinterpret_cast<half2*>(O + (size_t)(p.q0 + row) * D + col);
+                out[0] = __floats2half2_rn(numerator.x * inv, numerator.y * inv);
+                out[1] = __floats2half2_rn(numerator.z * inv, numerator.w * inv);
+            }
         }
 #if CLUSTER > 1
         cluster_sync();  // the other blocks may still be reading this block's partial results
