@@ -1,0 +1,71 @@
+"""What the mission shape (1,8,512,64) costs at least on this GPU, timed like every kernel (GPU).
+
+    python benchmarks/flashcore_floor.py
+
+Three trivial kernels, built with nvcc and launched through cuda.bindings exactly as a FlashCore
+genome is, timed by fitness.benchmark (CUDA-graph bursts, median) beside cuDNN SDPA in the same
+process: an empty kernel (one block; the mission grid of 128 blocks x 256 threads), and a kernel
+whose 128 blocks each read their head's whole K and V (as an attention block of 32 query rows
+must) and write 32 rows of O. The gap between these and an attention kernel is the work itself.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+import tempfile
+from pathlib import Path
+
+SOURCE = r"""
+#include <cuda_fp16.h>
+extern "C" __global__ void empty_kernel(const half* q, half* o) {}
+
+// each block reads the whole K and V of its head (S x 64 halves each) and writes 32 rows of O
+extern "C" __global__ void read_kv(const half* q, const half* k, const half* v, half* o, int s) {
+    const size_t head = (size_t)blockIdx.y * s * 64;
+    uint4 mix = make_uint4(0, 0, 0, 0);
+    for (int i = threadIdx.x; i < s * 64 / 8; i += blockDim.x) {
+        const uint4 a = reinterpret_cast<const uint4*>(k + head)[i], b = reinterpret_cast<const uint4*>(v + head)[i];
+        mix.x ^= a.x ^ b.x; mix.y ^= a.y ^ b.y; mix.z ^= a.z ^ b.z; mix.w ^= a.w ^ b.w;
+    }
+    const size_t rows = head + blockIdx.x * 32 * 64;
+    for (int i = threadIdx.x; i < 32 * 64 / 8; i += blockDim.x) {
+        uint4 value = reinterpret_cast<const uint4*>(q + rows)[i];
+        value.x ^= mix.x ^ mix.y ^ mix.z ^ mix.w;
+        reinterpret_cast<uint4*>(o + rows)[i] = value;
+    }
+}
+"""
+
+
+def main() -> None:
+    import torch
+
+    from fitness.benchmark import time_runs
+    from seeds import TimingPlan
+    from seeds._cuda import CudaModule, ptr
+
+    work = Path(tempfile.mkdtemp(prefix="flashcore-floor-"))
+    (work / "floor.cu").write_text(SOURCE)
+    subprocess.run(["nvcc", "-cubin", "-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-o", str(work / "floor.cubin"),
+                    str(work / "floor.cu")], check=True)
+    module = CudaModule(work / "floor.cubin")
+    plan = TimingPlan(warmup=5, min_runs=30, max_runs=200, min_seconds=0.1)
+    q, k, v = (torch.randn(1, 8, 512, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    o = torch.empty_like(q)
+    s = ctypes.c_int(512)
+    empty, read_kv = module.kernel("empty_kernel"), module.kernel("read_kv")
+    cases = [
+        ("empty kernel, 1 block of 32 threads", lambda: empty.launch((1, 1), (32,), [ptr(q), ptr(o)])),
+        ("empty kernel, 16 x 8 blocks of 256 threads", lambda: empty.launch((16, 8), (256,), [ptr(q), ptr(o)])),
+        ("16 x 8 blocks each reading its head's K and V (128 KB)",
+         lambda: read_kv.launch((16, 8), (256,), [ptr(q), ptr(k), ptr(v), ptr(o), s])),
+        ("cuDNN SDPA (the anchor)", lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v)),
+    ]
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; shape (1,8,512,64) fp16")
+    for name, run in cases:
+        print(f"| {name} | {time_runs(run, 'cuda', plan, name).median_s * 1e6:.2f} us |")
+
+
+if __name__ == "__main__":
+    main()
