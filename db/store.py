@@ -50,6 +50,21 @@ class HistoryEntry:
 
 
 @dataclass(frozen=True)
+class EvaluationRow:
+    """One finished evaluation with its individual, in the order they were recorded."""
+
+    individual_id: int
+    genome_id: str
+    genome: dict
+    generation: int
+    origin: str
+    status: str
+    fitness_s: float | None
+    message: str
+    finished_at: datetime
+
+
+@dataclass(frozen=True)
 class RunInfo:
     id: int
     family: str
@@ -143,6 +158,14 @@ class Store:
                 .where(LineageEdge.run_id == run_id).order_by(LineageEdge.id)).all()]
 
     # -- evaluations ----------------------------------------------------------------------
+    def evaluations(self, run_id: int) -> list[EvaluationRow]:
+        """Every finished evaluation of a run, oldest first."""
+        with self.database.session() as s:
+            rows = s.execute(select(Individual, Evaluation).join(Evaluation).where(Individual.run_id == run_id)
+                             .order_by(Evaluation.id)).all()
+            return [EvaluationRow(i.id, i.genome_id, i.genome, i.generation, i.origin, e.status, e.fitness_s,
+                                  e.message, e.created_at) for i, e in rows]
+
     def record_evaluation(self, individual_id: int, result: EvalResult) -> None:
         with self.database.session() as s:
             s.add(Evaluation(

@@ -75,6 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--top", type=_positive_int, default=5)
     show.add_argument("--db", help=db_help)
 
+    lineage = commands.add_parser("lineage", help="how a run's best kernel was found: ancestry, convergence, knobs")
+    lineage.add_argument("run", type=_positive_int)
+    lineage.add_argument("--format", default="html", help="html (default, one self-contained file), md (+ PNG "
+                         "charts beside it), dot (Graphviz) or json")
+    lineage.add_argument("--out", help="file to write (default: run-RUN-lineage.FORMAT)")
+    lineage.add_argument("--db", help=db_help)
+
     commands.add_parser("families", help="the kernel families and their knobs")
 
     doctor = commands.add_parser("doctor", help="check nvcc, GPU, Ray, C++ compiler and the database")

@@ -17,8 +17,8 @@ from fitness import format_seconds, format_span
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> int:
-    handlers = {"search": cmd_search, "runs": cmd_runs, "show": cmd_show, "families": cmd_families,
-                "doctor": cmd_doctor, "db": cmd_db}
+    handlers = {"search": cmd_search, "runs": cmd_runs, "show": cmd_show, "lineage": cmd_lineage,
+                "families": cmd_families, "doctor": cmd_doctor, "db": cmd_db}
     return handlers[args.command](args, console)
 
 
@@ -181,6 +181,29 @@ def cmd_show(args, console: Console) -> int:
     counts = store.failure_counts(run.id)
     console.print("statuses: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none yet"),
                   highlight=False)
+    return 0
+
+
+def cmd_lineage(args, console: Console) -> int:
+    from pathlib import Path
+
+    from evo.report import FORMATS, build_report, write_report
+
+    if args.format not in FORMATS:
+        raise BadInput(f"--format must be one of {', '.join(FORMATS)}, not {args.format!r}")
+    database = _database(args, must_exist=True)
+    store = _open(database, create=False)
+    run = store.get_run(args.run)
+    if run is None:
+        raise BadInput(f"run {args.run} does not exist in {database.description}")
+    out = Path(args.out or f"run-{run.id}-lineage.{args.format}")
+    if out.is_dir():
+        raise BadInput(f"--out {out} is a directory; give a file name")
+    report = build_report(store, run.id, _mission_anchor(run.anchor, run.family))
+    written = write_report(report, args.format, out)
+    console.print(f"run {run.id}: lineage of individual {report.best_id} ({len(report.steps)} steps), "
+                  f"{sum(report.failures.values())} evaluations -> " + ", ".join(str(p) for p in written),
+                  highlight=False, soft_wrap=True)
     return 0
 
 

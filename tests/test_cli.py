@@ -12,7 +12,7 @@ from fitness import Target
 
 def run_bad(argv, capsys, tmp_path, expected):
     db = tmp_path / "evo.db"
-    code = main([*argv, "--db", str(db)] if argv[0] in ("search", "show", "runs") else argv)
+    code = main([*argv, "--db", str(db)] if argv[0] in ("search", "show", "runs", "lineage") else argv)
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2, err
@@ -40,6 +40,8 @@ def run_bad(argv, capsys, tmp_path, expected):
     (["search", "--family", "cpu_gemm", "--gate-rounds", "-1"], "gate_rounds must be a whole number >= 0"),
     (["show", "1"], "no database at"),
     (["show", "one"], "not an integer"),
+    (["lineage", "1"], "no database at"),
+    (["lineage", "1", "--format", "pdf"], "--format must be one of html, md, dot, json"),
     (["frobnicate"], "invalid choice"),
 ])
 def test_bad_flags(argv, expected, capsys, tmp_path):
@@ -161,3 +163,16 @@ def test_the_default_family_needs_a_gpu_and_says_so(capsys, tmp_path):
     err = capsys.readouterr().err
     assert "family flashcore runs on a CUDA GPU" in err and len(err.strip().splitlines()) == 1
     assert not db.exists()
+
+
+def test_lineage_of_a_missing_run_or_into_a_directory_is_refused(capsys, tmp_path):
+    from db import Database, Store, resolve_url
+
+    db = tmp_path / "evo.db"
+    Store(Database(resolve_url(str(db))).open()).create_run(family="cpu_gemm", strategy="evolution", target=None,
+                                                           seed=0, config={})
+    assert main(["lineage", "7", "--db", str(db), "--out", str(tmp_path / "r.html")]) == 2
+    assert "run 7 does not exist" in capsys.readouterr().err
+    assert main(["lineage", "1", "--db", str(db), "--out", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    assert not (tmp_path / "r.html").exists()

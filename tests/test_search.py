@@ -54,6 +54,41 @@ def test_budget_40_with_an_unreachable_target(ray_session, tmp_path, capsys):
     assert "budget_exhausted" in shown and "statuses: " in shown
     assert main(["runs", "--db", str(db)]) == 0
     assert "cpu_gemm" in capsys.readouterr().out
+    check_lineage_report(db, tmp_path / "report")
+
+
+def check_lineage_report(db, out):
+    """`evo lineage` on a stored run: the ancestry agrees with the lineage table, the charts are there."""
+    for fmt in ("json", "html", "md", "dot"):
+        assert main(["lineage", "1", "--db", str(db), "--format", fmt, "--out", str(out / f"lineage.{fmt}")]) == 0
+    report = json.loads((out / "lineage.json").read_text())
+    (best_id, best_time), = rows(db, "SELECT individual_id, fitness_s FROM evaluations WHERE status = 'ok' "
+                                     "ORDER BY fitness_s, individual_id LIMIT 1")
+    steps = report["steps"]
+    assert steps[-1]["individual_id"] == best_id and steps[-1]["fitness_s"] == best_time
+    assert steps[0]["parent_ids"] == [] and rows(db, f"SELECT COUNT(*) FROM lineage_edges "
+                                                     f"WHERE child_id = {steps[0]['individual_id']}") == [(0,)]
+    genomes = {i: json.loads(g) for i, g in rows(db, "SELECT id, genome FROM individuals")}
+    fitness = dict(rows(db, "SELECT individual_id, fitness_s FROM evaluations"))
+    for before, step in zip(steps, steps[1:]):
+        parent, child = step["parent_ids"][0], step["individual_id"]
+        assert parent == before["individual_id"]
+        edge = rows(db, f"SELECT operator FROM lineage_edges WHERE parent_id = {parent} AND child_id = {child}")
+        assert edge == [(step["operator"],)]
+        expected = {k: [genomes[parent][k], v] for k, v in genomes[child].items() if genomes[parent][k] != v}
+        assert step["changed"] == expected
+        assert step["parent_fitness_s"] == fitness[parent]
+    assert sum(report["failures"].values()) == rows(db, "SELECT COUNT(*) FROM evaluations")[0][0]
+    assert len(report["points"]) == sum(report["failures"].values())
+    assert any(k["importance"] for k in report["knobs"])
+    page = (out / "lineage.html").read_text()
+    assert page.count('src="data:image/png;base64,') >= 5 and "http://" not in page and "https://" not in page
+    assert f"individual {best_id}" in page
+    markdown = (out / "lineage.md").read_text()
+    charts = [line.split("](")[1].rstrip(")") for line in markdown.splitlines() if line.startswith("![")]
+    assert len(charts) >= 5 and all((out / c).read_bytes().startswith(b"\x89PNG") for c in charts)
+    dot = (out / "lineage.dot").read_text()
+    assert dot.startswith("digraph") and dot.count(" -> ") == rows(db, "SELECT COUNT(*) FROM lineage_edges")[0][0]
 
 
 def test_a_reachable_target_stops_the_search(ray_session, tmp_path):
