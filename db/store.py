@@ -198,6 +198,13 @@ class Store:
                 select(Evaluation.status, func.count(Evaluation.id)).join(Individual)
                 .where(Individual.run_id == run_id).group_by(Evaluation.status)).all()))
 
+    def individual(self, run_id: int, individual_id: int) -> tuple[Individual, Evaluation | None] | None:
+        """One individual of a run with its evaluation (None while unevaluated); None if not in the run."""
+        with self.database.session() as s:
+            row = s.execute(select(Individual, Evaluation).outerjoin(Evaluation)
+                            .where(Individual.run_id == run_id, Individual.id == individual_id)).first()
+            return tuple(row) if row else None
+
     def best(self, run_id: int, limit: int = 5) -> list[tuple[Individual, Evaluation]]:
         with self.database.session() as s:
             return list(s.execute(

@@ -82,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
     lineage.add_argument("--out", help="file to write (default: run-RUN-lineage.FORMAT)")
     lineage.add_argument("--db", help=db_help)
 
+    export = commands.add_parser("export", help="a verified kernel as a standalone package (source, artifact, "
+                                 "Python module with a torch custom op, metadata, self-check)")
+    export.add_argument("run", type=_positive_int)
+    export.add_argument("--individual", type=_positive_int, help="individual id (default: the run's best)")
+    export.add_argument("--out", required=True, help="directory to create (must not exist or be empty)")
+    export.add_argument("--db", help=db_help)
+
     commands.add_parser("families", help="the kernel families and their knobs")
 
     doctor = commands.add_parser("doctor", help="check nvcc, GPU, Ray, C++ compiler and the database")

@@ -18,7 +18,7 @@ from fitness import format_seconds, format_span
 
 def dispatch(args: argparse.Namespace, console: Console) -> int:
     handlers = {"search": cmd_search, "runs": cmd_runs, "show": cmd_show, "lineage": cmd_lineage,
-                "families": cmd_families, "doctor": cmd_doctor, "db": cmd_db}
+                "export": cmd_export, "families": cmd_families, "doctor": cmd_doctor, "db": cmd_db}
     return handlers[args.command](args, console)
 
 
@@ -204,6 +204,23 @@ def cmd_lineage(args, console: Console) -> int:
     console.print(f"run {run.id}: lineage of individual {report.best_id} ({len(report.steps)} steps), "
                   f"{sum(report.failures.values())} evaluations -> " + ", ".join(str(p) for p in written),
                   highlight=False, soft_wrap=True)
+    return 0
+
+
+def cmd_export(args, console: Console) -> int:
+    from pathlib import Path
+
+    from evo.export import export_individual
+
+    database = _database(args, must_exist=True)
+    store = _open(database, create=False)
+    try:
+        result = export_individual(store, args.run, args.individual, Path(args.out))
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    console.print(f"exported individual {result.individual_id} (genome {result.genome_id}) to {args.out}: "
+                  + ", ".join(p.name for p in result.files), highlight=False, soft_wrap=True)
+    console.print(f"check it: python {Path(args.out) / 'selfcheck.py'}", highlight=False)
     return 0
 
 

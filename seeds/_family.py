@@ -92,6 +92,9 @@ class KernelFamily(abc.ABC):
     timing: TimingPlan = TimingPlan()
     screen_limits: ScreenLimits = ScreenLimits()
     lookup_name: str = ""  # how the registry found it (a built-in name or "module:ATTRIBUTE")
+    # a standalone Python module (torch, no evo) that `evo export` fills in: __GENOME_JSON__,
+    # __GENOME_ID__ and __ARTIFACT__ are replaced; None: the family cannot be exported
+    export_template: Path | None = None
 
     @property
     def reference_key(self) -> str:

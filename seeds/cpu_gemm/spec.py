@@ -64,6 +64,7 @@ class CpuGemm(KernelFamily):
     )
     tolerance = Tolerance(max_abs=1e-3, max_rel_l2=1e-5)
     anchor_name = "torch.matmul"
+    export_template = Path(__file__).with_name("export_template.py.in")
     timing = TimingPlan(warmup=2, min_runs=7, max_runs=100, min_seconds=0.03)
 
     def build_recipe(self, genome) -> BuildRecipe:
