@@ -118,7 +118,7 @@ def export_individual(store: Store, run_id: int, individual_id: int | None, out:
 
     write(source_name, source)
     write(artifact_name, build.artifact)
-    command = [compiler_command(recipe.compiler), *flags, "-o", artifact_name, source_name]
+    command = [recipe.compiler, *flags, "-o", artifact_name, source_name]  # nvcc / c++ from PATH
     if recipe.output == "cubin":
         command.insert(1, "-cubin")
     write("build.sh", "#!/bin/sh\n# rebuilds the artifact from the baked source, as evo built it\ncd \"$(dirname \"$0\")\"\n"

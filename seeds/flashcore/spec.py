@@ -186,6 +186,7 @@ class FlashCore(KernelFamily):
     # fp16 output of an fp32-accumulated attention: errors of a few 1e-3 at most
     tolerance = Tolerance(max_abs=0.06, max_rel_l2=1e-2)
     anchor_name = "torch SDPA (default backend: cuDNN on the H100)"
+    export_template = HERE / "export_template.py.in"
     timing = TimingPlan(warmup=5, min_runs=20, max_runs=200, min_seconds=0.05)
 
     def build_recipe(self, genome) -> BuildRecipe:
