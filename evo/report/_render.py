@@ -128,7 +128,8 @@ th, td { border: 1px solid #dee2e6; padding: .35rem .5rem; text-align: left; ver
 th { background: #f1f3f5; } tr:nth-child(even) td { background: #f8f9fa; }
 td.num { text-align: right; white-space: nowrap; } .faster { color: #2b8a3e; font-weight: 600; }
 .slower { color: #c92a2a; } .summary td:first-child { width: 14rem; font-weight: 600; }
-.charts { display: grid; grid-template-columns: 1fr 1fr; gap: 1rem; } .charts img { width: 100%; border: 1px solid #dee2e6; }
+.charts figure { margin: 0 0 1rem 0; } .charts img { width: 100%; max-width: 900px; border: 1px solid #dee2e6; }
+table.lineage td:nth-child(4) { min-width: 18rem; }
 code { font-size: .85rem; } .note { color: #495057; font-size: .9rem; }
 """
 
@@ -160,7 +161,7 @@ the anchor timed in the same process.</p>
 {_html_table([], [[k, v] for k, v in _summary(report)], css="summary")}
 <h2>Lineage of the best kernel (seed first)</h2>
 <p class="note">Each row is one step through the closest parent (fewest differing knobs); "before" is that parent's time.</p>
-{_html_table(LINEAGE_HEADER, _lineage_rows(report), numeric={0, 1, 4, 5, 6})}
+{_html_table(LINEAGE_HEADER, _lineage_rows(report), numeric={0, 1, 4, 5, 6}, css="lineage")}
 <h2>Charts</h2><div class="charts">{images}</div>
 <h2>Generations</h2>
 {_html_table(GENERATION_HEADER, _generation_rows(report), numeric={0, 1, 2, 3, 4, 5})}
