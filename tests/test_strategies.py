@@ -68,8 +68,12 @@ def test_evolution_raises_mutation_strength_on_stagnation():
         genome = SPACE.genome({**SEED.as_dict(), "block_m": [8, 16, 64, 128][generation - 1]})
         strategy.tell([Observation(genome, generation, "ok", 2.0)])
     assert strategy.stagnant_generations() == 4 and strategy.strength() == 3
+    for generation in range(5, 9):  # four more: the strength reaches its bound (4), then starts again
+        genome = SPACE.genome({**SEED.as_dict(), "block_n": [8, 16, 64, 128][generation - 5]})
+        strategy.tell([Observation(genome, generation, "ok", 2.0)])
+    assert strategy.stagnant_generations() == 8 and strategy.strength() == 1
     better = SPACE.genome({**SEED.as_dict(), "block_m": 256})
-    strategy.tell([Observation(better, 5, "ok", 0.5)])
+    strategy.tell([Observation(better, 9, "ok", 0.5)])
     assert strategy.stagnant_generations() == 0 and strategy.strength() == 1
 
 

@@ -1,5 +1,6 @@
 """EvoEngineer-style evolution: elites kept, rank-based parents, mutation + crossover,
-mutation strength raised while the best has stagnated. Never proposes a genome twice."""
+mutation strength raised while the best has stagnated (up to a bound, then again from the
+start, so the search stays near the elite). Never proposes a genome twice."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ class EvolutionOptions:
     crossover_rate: float = 0.5  # share of children made by crossover (then mutated if identical)
     mutation_strength: int = 1  # knobs moved per mutation when the search is progressing
     stagnation_patience: int = 2  # batches without a new best before strength grows by one
+    max_mutation_strength: int = 4  # past it the strength starts again from mutation_strength (cycles):
+    # unbounded growth turned a long stagnation into random search far from the elite
     selection_pressure: float = 1.8  # linear ranking: best gets this many times the average share
 
     def __post_init__(self) -> None:
@@ -25,6 +28,9 @@ class EvolutionOptions:
             raise ValueError(f"crossover_rate must be within [0, 1], got {self.crossover_rate}")
         if self.mutation_strength < 1:
             raise ValueError(f"mutation_strength must be >= 1, got {self.mutation_strength}")
+        if self.max_mutation_strength < self.mutation_strength:
+            raise ValueError(f"max_mutation_strength must be >= mutation_strength ({self.mutation_strength}), "
+                             f"got {self.max_mutation_strength}")
         if self.stagnation_patience < 1:
             raise ValueError(f"stagnation_patience must be >= 1, got {self.stagnation_patience}")
         if not 1.0 <= self.selection_pressure <= 2.0:
@@ -52,8 +58,9 @@ class EvolutionStrategy(Strategy):
 
     def strength(self) -> int:
         movable = sum(1 for k in self.space.knobs if len(k.values) > 1)
-        grown = self.options.mutation_strength + self.stagnant_generations() // self.options.stagnation_patience
-        return max(1, min(grown, movable))
+        levels = self.options.max_mutation_strength - self.options.mutation_strength + 1
+        steps = self.stagnant_generations() // self.options.stagnation_patience
+        return max(1, min(self.options.mutation_strength + steps % levels, movable))
 
     def ask(self, n: int) -> list[Proposal]:
         rng = self.rng()
