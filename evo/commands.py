@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
 from typing import Any
 
 from rich.console import Console
@@ -256,7 +255,7 @@ def cmd_families(args, console: Console) -> int:
 
 
 def cmd_doctor(args, console: Console) -> int:
-    from fitness.build import compiler_command
+    from fitness.build import compiler_command, compiler_version
 
     table = Table(title="evo doctor")
     table.add_column("check")
@@ -272,10 +271,7 @@ def cmd_doctor(args, console: Console) -> int:
     for label, compiler, essential in (("C++ compiler", "c++", True), ("nvcc", "nvcc", False)):
         command = compiler_command(compiler)
         path = shutil.which(command)
-        version = ""
-        if path:
-            out = subprocess.run([path, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
-            version = next((line for line in out if "release" in line), out[0] if out else "")
+        version = (compiler_version(compiler) or "") if path else ""
         row(label, bool(path), f"{path} {version}" if path else f"{command} not on PATH", essential)
     import torch
 

@@ -17,14 +17,13 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
-import subprocess
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from db import Store
 from fitness import BuildConfig, Builder, Status, format_seconds
-from fitness.build import ARTIFACT_SUFFIX, compiler_command, default_cache_dir
+from fitness.build import ARTIFACT_SUFFIX, compiler_version, default_cache_dir
 
 SELFCHECK = Path(__file__).with_name("_selfcheck.py")
 
@@ -35,15 +34,6 @@ class ExportResult:
     genome_id: str
     module_name: str
     files: tuple[Path, ...]
-
-
-def _compiler_version(compiler: str) -> str:
-    try:
-        out = subprocess.run([compiler_command(compiler), "--version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    lines = [line for line in out.stdout.splitlines() if line.strip()]
-    return next((line for line in lines if "release" in line), lines[0] if lines else "unknown")
 
 
 def _baked_source(recipe, header: str) -> tuple[str, list[str]]:
@@ -130,7 +120,7 @@ def export_individual(store: Store, run_id: int, individual_id: int | None, out:
     metadata = dict(
         family=family.name, description=family.description, run=run.id, individual=individual.id,
         genome_id=genome.id, genome=genome.as_dict(), module=module_name, source=source_name, artifact=artifact_name,
-        build_command=command, compiler=_compiler_version(recipe.compiler), torch=torch.__version__,
+        build_command=command, compiler=compiler_version(recipe.compiler) or "unknown", torch=torch.__version__,
         hardware=run.hardware, shapes=[dict(s.dims, name=s.name, mission=s.mission) for s in family.shapes],
         tolerance=dict(max_abs=family.tolerance.max_abs, max_rel_l2=family.tolerance.max_rel_l2),
         anchor_name=family.anchor_name, errors=evaluation.checks, timings=evaluation.timings,

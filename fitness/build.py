@@ -50,12 +50,26 @@ def compiler_command(compiler: str) -> str:
     raise ValueError(f"unknown compiler {compiler!r}")
 
 
+def _version_banner(command: str) -> str:
+    """``command --version``'s output; raises OSError or TimeoutExpired if it cannot be run."""
+    return subprocess.run([command, "--version"], capture_output=True, text=True, timeout=30).stdout
+
+
+def compiler_version(compiler: str) -> str | None:
+    """One line naming the compiler's version (nvcc's "release" line, else the first), None if absent."""
+    try:
+        lines = [line.strip() for line in _version_banner(compiler_command(compiler)).splitlines() if line.strip()]
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return next((line for line in lines if "release" in line), lines[0] if lines else None)
+
+
 @lru_cache(maxsize=None)
 def compiler_identity(compiler: str) -> str:
     """The compiler's version banner (plus the host CPU for host code, which -march=native reads)."""
     command = compiler_command(compiler)
     try:
-        banner = subprocess.run([command, "--version"], capture_output=True, text=True, timeout=30).stdout
+        banner = _version_banner(command)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{command}: unavailable ({exc})"
     identity = banner.strip()
