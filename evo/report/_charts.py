@@ -31,6 +31,13 @@ def _png(plt, figure) -> bytes:
     return buffer.getvalue()
 
 
+TITLES = {"convergence_evaluations": "Convergence against evaluations",
+          "convergence_time": "Convergence against wall time",
+          "generations": "Population spread per generation",
+          "statuses": "Evaluations by status",
+          "importance": "Which knobs explain the time"}
+
+
 def _reference_lines(axes, report: LineageReport) -> None:
     if report.anchor_s:
         axes.axhline(report.anchor_s * US, color="#1971c2", linestyle="--", linewidth=1.2,
@@ -38,6 +45,17 @@ def _reference_lines(axes, report: LineageReport) -> None:
     if report.target_s:
         axes.axhline(report.target_s * US, color="#e03131", linestyle=":", linewidth=1.5,
                      label=f"target {report.target_s * US:.3g} us")
+
+
+def _time_chart(plt, figure, axes, report: LineageReport, xlabel: str, name: str) -> bytes:
+    """Finish a chart of mission-shape times: anchor and target lines, log axis, labels, PNG."""
+    _reference_lines(axes, report)
+    axes.set_yscale("log")
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel("mission-shape time (us, log)")
+    axes.set_title(TITLES[name])
+    axes.legend(fontsize=8, loc="upper right")
+    return _png(plt, figure)
 
 
 def convergence_by_evaluation(report: LineageReport) -> bytes:
@@ -48,13 +66,7 @@ def convergence_by_evaluation(report: LineageReport) -> bytes:
     best = [p for p in report.points if p.best_so_far_s]
     axes.step([p.index for p in best], [p.best_so_far_s * US for p in best], where="post", color="#2b8a3e",
               linewidth=2, label="best so far")
-    _reference_lines(axes, report)
-    axes.set_yscale("log")
-    axes.set_xlabel("evaluations finished")
-    axes.set_ylabel("mission-shape time (us, log)")
-    axes.set_title("Convergence against evaluations")
-    axes.legend(fontsize=8, loc="upper right")
-    return _png(plt, figure)
+    return _time_chart(plt, figure, axes, report, "evaluations finished", "convergence_evaluations")
 
 
 def convergence_by_time(report: LineageReport) -> bytes:
@@ -62,13 +74,7 @@ def convergence_by_time(report: LineageReport) -> bytes:
     best = [p for p in report.points if p.best_so_far_s]
     axes.step([p.elapsed_s for p in best], [p.best_so_far_s * US for p in best], where="post", color="#2b8a3e",
               linewidth=2, label="best so far")
-    _reference_lines(axes, report)
-    axes.set_yscale("log")
-    axes.set_xlabel("wall time since the run started (s)")
-    axes.set_ylabel("mission-shape time (us, log)")
-    axes.set_title("Convergence against wall time")
-    axes.legend(fontsize=8, loc="upper right")
-    return _png(plt, figure)
+    return _time_chart(plt, figure, axes, report, "wall time since the run started (s)", "convergence_time")
 
 
 def generation_spread(report: LineageReport) -> bytes:
@@ -79,13 +85,7 @@ def generation_spread(report: LineageReport) -> bytes:
                       label="fastest .. slowest correct")
     axes.plot(x, [g.median_s * US for g in rows], color="#1c7ed6", marker="o", markersize=3, label="median")
     axes.plot(x, [g.best_s * US for g in rows], color="#2b8a3e", linewidth=1.5, label="fastest")
-    _reference_lines(axes, report)
-    axes.set_yscale("log")
-    axes.set_xlabel("generation")
-    axes.set_ylabel("mission-shape time (us, log)")
-    axes.set_title("Population spread per generation")
-    axes.legend(fontsize=8, loc="upper right")
-    return _png(plt, figure)
+    return _time_chart(plt, figure, axes, report, "generation", "generations")
 
 
 def failures(report: LineageReport) -> bytes:
@@ -97,7 +97,7 @@ def failures(report: LineageReport) -> bytes:
         axes.text(v, y, f" {v}", va="center", fontsize=8)
     axes.invert_yaxis()
     axes.set_xlabel("evaluations")
-    axes.set_title("Evaluations by status")
+    axes.set_title(TITLES["statuses"])
     return _png(plt, figure)
 
 
@@ -107,7 +107,7 @@ def importance(report: LineageReport) -> bytes:
     axes.barh([k.knob for k in knobs], [k.importance for k in knobs], color="#7048e8")
     axes.invert_yaxis()
     axes.set_xlabel("importance (share, PED-ANOVA)")
-    axes.set_title("Which knobs explain the time")
+    axes.set_title(TITLES["importance"])
     return _png(plt, figure)
 
 

@@ -8,16 +8,11 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from evo.report._charts import all_charts
+from evo.report._charts import TITLES, all_charts
 from evo.report._data import LineageReport, Step
 from fitness import format_seconds
 
 FORMATS = ("html", "md", "dot", "json")
-CHART_TITLES = {"convergence_evaluations": "Convergence against evaluations",
-                "convergence_time": "Convergence against wall time",
-                "generations": "Population spread per generation",
-                "statuses": "Evaluations by status",
-                "importance": "Knob importance"}
 
 
 def _speedup(step: Step) -> str:
@@ -111,7 +106,7 @@ def to_markdown(report: LineageReport, chart_files: dict[str, str]) -> str:
              _md_table(["", ""], [[k, v] for k, v in _summary(report)]), "",
              "## Lineage of the best kernel (seed first)", "", _md_table(LINEAGE_HEADER, _lineage_rows(report)), ""]
     for name, file in chart_files.items():
-        parts += [f"## {CHART_TITLES[name]}", "", f"![{CHART_TITLES[name]}]({file})", ""]
+        parts += [f"## {TITLES[name]}", "", f"![{TITLES[name]}]({file})", ""]
     parts += ["## Generations", "", _md_table(GENERATION_HEADER, _generation_rows(report)), "",
               "## Knobs", "", f"Importance: {report.importance_method}.", "",
               _md_table(KNOB_HEADER, _knob_rows(report)), ""]
@@ -150,7 +145,7 @@ def _html_table(header: list[str], rows: list[list[str]], numeric: set[int] = fr
 
 
 def to_html(report: LineageReport, charts: dict[str, bytes]) -> str:
-    images = "".join(f'<figure><img alt="{CHART_TITLES[name]}" src="data:image/png;base64,'
+    images = "".join(f'<figure><img alt="{TITLES[name]}" src="data:image/png;base64,'
                      f'{base64.b64encode(png).decode()}"></figure>' for name, png in charts.items())
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>evo run {report.run.id}: lineage</title>
