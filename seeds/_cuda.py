@@ -102,3 +102,36 @@ class CudaModule:
         _check("cuMemcpyDtoH", driver.cuMemcpyDtoH(ctypes.addressof(values), address, 4 * count))
         return list(values)
 
+
+
+class TensorMapBytes(ctypes.Structure):
+    """A TMA descriptor (CUtensorMap: 128 opaque bytes) as a kernel argument passed by value."""
+
+    _fields_ = [("bits", ctypes.c_uint64 * 16)]
+
+
+def tensor_map(tensor, box_rows: int, *, swizzled: bool) -> TensorMapBytes:
+    """TMA descriptor of a contiguous fp16 [..., S, D] tensor seen as [rows of all heads][S][D].
+
+    The box is ``box_rows`` rows of all D columns; rows past S read as zeros. ``swizzled``
+    selects the 128-byte swizzle in shared memory (16-byte chunks XOR row % 8, D * 2 <= 128).
+    """
+    import torch
+
+    driver = _driver()
+    if tensor.dtype != torch.float16 or not tensor.is_cuda or not tensor.is_contiguous() or tensor.dim() < 2:
+        raise ValueError("tensor_map needs a contiguous fp16 CUDA tensor of at least 2 dimensions")
+    s, d = tensor.shape[-2], tensor.shape[-1]
+    heads = tensor.numel() // (s * d)
+    u64, u32 = driver.cuuint64_t, driver.cuuint32_t
+    swizzle = driver.CUtensorMapSwizzle
+    encoded = _check("cuTensorMapEncodeTiled", driver.cuTensorMapEncodeTiled(
+        driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, tensor.data_ptr(),
+        [u64(d), u64(s), u64(heads)], [u64(d * 2), u64(s * d * 2)], [u32(d), u32(box_rows), u32(1)],
+        [u32(1), u32(1), u32(1)], driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        swizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzled else swizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
+        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE))
+    out = TensorMapBytes()
+    ctypes.memmove(ctypes.addressof(out), encoded.getPtr(), ctypes.sizeof(out))
+    return out

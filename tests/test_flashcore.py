@@ -18,6 +18,8 @@ FA2_LIKE = FAMILY.seed_genomes[0].replace(
 # at D = 128 a warp owns 16 rows (32 would not fit the registers)
 LARGE_TILES = FA2_LIKE.replace(block_m=128, block_n_d64=128, warps_d64=4, block_n_d128=128, warps_d128=8,
                                q_in_registers=False)
+# the mission-shape design point with its K/V stages shared by a cluster of 2 blocks (TMA multicast)
+SHARED_STAGES = FA2_LIKE.replace(block_m=32, warps_d64=8, block_n_d128=32, warps_d128=8, kv_split=4, kv_share_d64=2)
 
 
 def covering_sample(space: Space, seed: int = 0) -> list[Genome]:
@@ -53,7 +55,8 @@ def test_unsupported_head_dimension_is_rejected_clearly():
 @pytest.mark.nvcc
 def test_every_knob_value_compiles_and_the_design_points_pass_the_screen(cache_dir):
     builder = Builder(BuildConfig(cache_dir))
-    for genome in [FAMILY.seed_genomes[0], FA2_LIKE, LARGE_TILES, FA2_LIKE.replace(block_m=16, kv_split=4)]:
+    for genome in [FAMILY.seed_genomes[0], FA2_LIKE, LARGE_TILES, FA2_LIKE.replace(block_m=16, kv_split=4),
+                   SHARED_STAGES]:
         recipe = FAMILY.build_recipe(genome)
         result = screen(builder.build(genome.id, recipe), recipe.output, FAMILY.screen_limits)
         assert result.status is Status.OK, f"{genome}: {result.message}"
@@ -77,6 +80,21 @@ def test_constraints_exclude_what_the_kernel_cannot_build():
     assert not space.is_valid(FAMILY.seed_genomes[0].replace(q_in_registers=True))
     assert not space.is_valid(FAMILY.seed_genomes[0].replace(qk="wmma", layout="swizzled"))
     assert space.is_valid(FAMILY.seed_genomes[0].replace(qk="mma", pv="wmma", layout="padded"))
+    assert space.is_valid(SHARED_STAGES) and space.is_valid(SHARED_STAGES.replace(layout="plain"))
+    assert not space.is_valid(SHARED_STAGES.replace(layout="padded"))  # the TMA writes rows unpadded
+    assert not space.is_valid(SHARED_STAGES.replace(kv_loads="plain"))  # the stages are a pipeline
+    assert not space.is_valid(SHARED_STAGES.replace(cluster_kv_split=2))  # one cluster dimension
+    assert not space.is_valid(FAMILY.seed_genomes[0].replace(kv_share_d64=2))  # fused path only
+
+
+def test_shared_stages_launch_whole_clusters_at_d64_only():
+    from seeds.flashcore.spec import grid, shared_bytes
+
+    assert grid(SHARED_STAGES, 300, 8, 64) == (10, 8)  # 300 rows / 32 = 10 query blocks: whole pairs
+    assert grid(SHARED_STAGES.replace(kv_share_d64=4), 300, 8, 64) == (12, 8)  # rounded up to whole clusters
+    assert grid(SHARED_STAGES.replace(kv_share_d64=4), 300, 8, 128) == (10, 8)  # the D = 128 kernel shares nothing
+    assert shared_bytes(SHARED_STAGES, 64) == shared_bytes(SHARED_STAGES.replace(kv_share_d64=1), 64) + 128
+    assert shared_bytes(SHARED_STAGES, 128) == shared_bytes(SHARED_STAGES.replace(kv_share_d64=1), 128)
 
 
 @pytest.mark.gpu
@@ -84,7 +102,8 @@ def test_sampled_genomes_are_correct_on_every_shape(tmp_path):
     builder = Builder(BuildConfig(tmp_path / "cache"))
     evaluator = Evaluator(FAMILY, EvalConfig(trials=2), tmp_path / "loaded")
     verified = 0
-    for genome in [FAMILY.seed_genomes[0], FA2_LIKE, LARGE_TILES, *covering_sample(FAMILY.space, seed=1)]:
+    for genome in [FAMILY.seed_genomes[0], FA2_LIKE, LARGE_TILES, SHARED_STAGES,
+                   *covering_sample(FAMILY.space, seed=1)]:
         recipe = FAMILY.build_recipe(genome)
         build = builder.build(genome.id, recipe)
         result = evaluator.evaluate(genome, build, screen(build, recipe.output, FAMILY.screen_limits))

@@ -25,11 +25,106 @@
 //   CLUSTER         fused path: this many blocks of a thread-block cluster share the query rows,
 //                   each takes every CLUSTER-th K/V stage; the partial results are merged through
 //                   distributed shared memory, each block writing BLOCK_M / CLUSTER rows of O
+//   KV_SHARE_D64    D = 64 kernel, fused path, STAGES > 1: this many blocks of a thread-block cluster
+//                   (consecutive query blocks of one head) share every K/V stage; each brings in
+//                   1 / KV_SHARE of its rows with a TMA copy multicast to the whole cluster, on
+//                   mbarriers (read as KV_SHARE inside code templated on D; 1 for D = 128)
 
+
+// K/V stages shared by the KV_SHARE blocks of a cluster (the D = 64 kernel, KV_SHARE_D64 > 1):
+// warp 0 of each block brings in its 1 / KV_SHARE of the rows of every stage with one TMA copy
+// per tensor, multicast to the whole cluster, so a head's K and V cross from L2 once per cluster
+// instead of once per block. The tensor maps (built by the launcher) view K and V as
+// [B * H][S][D] with a box of rows_each x D; rows past S arrive as zeros, and the 128-byte
+// swizzle of the TMA is the swizzled layout's (LAYOUT 2; LAYOUT 0 copies unswizzled).
+// full_k / full_v count a stage's bytes in; empty collects one arrival from every warp of every
+// block before the stage is refilled.
+template <int D>
+struct SharedStages {
+    static constexpr int rows_each = KV_ROWS / KV_SHARE, kv_tile = Plan<D>::kv_bytes / 2;
+    static constexpr unsigned stage_bytes = KV_ROWS * D * 2;  // what lands in each block, per tensor
+    static constexpr unsigned short everyone = (1u << KV_SHARE) - 1;
+    static_assert(KV_ROWS % (8 * KV_SHARE) == 0, "each block's rows of a stage are whole 8-row swizzle groups");
+    half* Ks;
+    half* Vs;
+    uint64_t* full_k;
+    uint64_t* full_v;
+    uint64_t* empty;
+    int rank;
+
+    __device__ SharedStages(unsigned char* smem, half* ks, half* vs) : Ks(ks), Vs(vs), rank(cluster_rank()) {
+        using P_ = Plan<D>;
+        full_k = reinterpret_cast<uint64_t*>(smem + P_::bytes - P_::merge_bytes - P_::barrier_bytes);
+        full_v = full_k + STAGES;
+        empty = full_v + STAGES;
+        if (threadIdx.x == 0) {
+            if (LAYOUT == 2 && smem_address(smem) % 1024 != 0) __trap();  // the TMA swizzle repeats every 1024 bytes
+            for (int b = 0; b < STAGES; ++b) {
+                barrier_init(full_k + b, 1);
+                barrier_init(full_v + b, 1);
+                barrier_init(empty + b, KV_SHARE * WARPS);
+            }
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        cluster_sync();  // every block's barriers exist before any block copies or arrives into it
+    }
+
+    // warp 0: this block's rows of tile t (keys from key0) into stage t % STAGES of every block
+    __device__ void issue(int t, int key0, int head, const TensorMap* k_map, const TensorMap* v_map) {
+        const int b = t % STAGES;
+        if (t >= STAGES) barrier_wait<true>(empty + b, (t / STAGES - 1) & 1);  // the cluster is done with tile t - STAGES
+        if (threadIdx.x == 0) {
+            const int first = rank * rows_each;
+            barrier_expect_bytes(full_k + b, stage_bytes);
+            barrier_expect_bytes(full_v + b, stage_bytes);
+            tensor_copy_multicast(Ks + b * kv_tile + first * D, k_map, key0 + first, head, full_k + b, everyone);
+            tensor_copy_multicast(Vs + b * kv_tile + first * D, v_map, key0 + first, head, full_v + b, everyone);
+        }
+    }
+
+    __device__ void wait_k(int t) { barrier_wait<false>(full_k + t % STAGES, (t / STAGES) & 1); }
+    __device__ void wait_v(int t) { barrier_wait<false>(full_v + t % STAGES, (t / STAGES) & 1); }
+
+    // every warp, done with tile t: one arrival at each block of the cluster, if a later tile refills the stage
+    __device__ void release(int t, int tiles) {
+        if (t + STAGES >= tiles) return;
+        __syncwarp();
+        if (threadIdx.x % 32 < KV_SHARE) barrier_arrive_peer(empty + t % STAGES, threadIdx.x % 32);
+    }
+};
+
+// The main loop over key tiles when the cluster shares the K/V stages
+template <int D, typename Engine>
+__device__ void shared_stage_loop(Engine& engine, unsigned char* smem, const half* Qs, half* Ks, half* Vs,
+                                  const Problem& p, int tiles, int own_end, const TensorMap* k_map,
+                                  const TensorMap* v_map) {
+    constexpr int kv_tile = Plan<D>::kv_bytes / 2;
+    SharedStages<D> shared(smem, Ks, Vs);
+    const bool producer = threadIdx.x < 32;  // warp 0 brings in this block's rows of every stage
+    for (int t = 0; t < STAGES - 1; ++t)
+        if (producer && t < tiles) shared.issue(t, t * KV_ROWS, blockIdx.y, k_map, v_map);
+    engine.init(smem, Qs);
+    if (!Q_REGS) {
+        cp_async_wait<0>();  // the Q group
+        __syncthreads();
+    }
+#pragma unroll 1
+    for (int t = 0; t < tiles; ++t) {
+        const int next = t + STAGES - 1, kv0 = t * KV_ROWS;
+        if (producer && next < tiles) shared.issue(next, next * KV_ROWS, blockIdx.y, k_map, v_map);
+        const bool seen = kv0 < own_end;  // causal: later tiles are for the cluster's later query blocks
+        shared.wait_k(t);
+        if (seen) engine.score(Ks + (t % STAGES) * kv_tile, p, kv0);
+        shared.wait_v(t);
+        if (seen) engine.accumulate(Vs + (t % STAGES) * kv_tile);
+        shared.release(t, tiles);
+    }
+}
 
 template <int D>
 __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K, const half* __restrict__ V,
-                          half* __restrict__ O, int S, int causal, float scale) {
+                          half* __restrict__ O, int S, int causal, float scale, const TensorMap* k_map,
+                          const TensorMap* v_map) {
     using P_ = Plan<D>;
     extern __shared__ __align__(128) unsigned char smem[];
     half* Qs = reinterpret_cast<half*>(smem);
@@ -45,7 +140,10 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
     p.causal = causal;
     p.K = K + head;
     p.V = V + head;
-    p.kv_end = causal ? min(S, p.q0 + BLOCK_M) : S;
+    // the keys this block reads: with shared stages, those the cluster's last query block needs
+    const int reader_end = KV_SHARE > 1 ? (blockIdx.x / KV_SHARE + 1) * KV_SHARE * BLOCK_M : p.q0 + BLOCK_M;
+    p.kv_end = causal ? min(S, reader_end) : S;
+    const int own_end = p.q0 >= S ? 0 : causal ? min(S, p.q0 + BLOCK_M) : S;  // the keys its own rows see
     p.logit_scale = EXP2 ? scale * 1.4426950408889634f : scale;
 
 #if STAGES > 1
@@ -64,6 +162,12 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
     const int all_tiles = (p.kv_end + KV_ROWS - 1) / KV_ROWS;
     const int tiles = all_tiles > p.rank ? (all_tiles - p.rank + CLUSTER - 1) / CLUSTER : 0;
     auto first_key = [&](int t) { return (p.rank + t * CLUSTER) * KV_ROWS; };
+    if constexpr (KV_SHARE > 1) {
+        shared_stage_loop<D>(engine, smem, Qs, Ks, Vs, p, tiles, own_end, k_map, v_map);
+        engine.finish(O + head, p, smem);
+        cluster_sync();  // no block leaves while copies it issued may still be landing in the others
+        return;
+    }
     // K and V of a stage are separate cp.async groups: Q K^T and the softmax run while V lands
 #if STAGES > 1
 #pragma unroll
@@ -103,20 +207,29 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
     engine.finish(O + head, p, smem);
 }
 
-#if CLUSTER > 1
-#define CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
+// a kernel's cluster: CLUSTER blocks splitting the keys, or KV_SHARE blocks sharing the K/V stages
+#if CLUSTER * KV_SHARE_D64 > 1
+#define CLUSTER_D64 __cluster_dims__(CLUSTER * KV_SHARE_D64, 1, 1)
 #else
-#define CLUSTER_DIMS
+#define CLUSTER_D64
+#endif
+#if CLUSTER > 1
+#define CLUSTER_D128 __cluster_dims__(CLUSTER, 1, 1)
+#else
+#define CLUSTER_D128
 #endif
 
-extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(WARPS_D64 * 32)
-flashcore_d64(const half* Q, const half* K, const half* V, half* O, int S, int causal, float scale) {
-    attention<64>(Q, K, V, O, S, causal, scale);
+// k_map and v_map: TMA descriptors of K and V, read only when the kernel shares K/V stages
+extern "C" __global__ void CLUSTER_D64 __launch_bounds__(WARPS_D64 * 32)
+flashcore_d64(const half* Q, const half* K, const half* V, half* O, int S, int causal, float scale,
+              const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map) {
+    attention<64>(Q, K, V, O, S, causal, scale, &k_map, &v_map);
 }
 
-extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(WARPS_D128 * 32)
-flashcore_d128(const half* Q, const half* K, const half* V, half* O, int S, int causal, float scale) {
-    attention<128>(Q, K, V, O, S, causal, scale);
+extern "C" __global__ void CLUSTER_D128 __launch_bounds__(WARPS_D128 * 32)
+flashcore_d128(const half* Q, const half* K, const half* V, half* O, int S, int causal, float scale,
+               const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map) {
+    attention<128>(Q, K, V, O, S, causal, scale, &k_map, &v_map);
 }
 
 // what Plan<D> carves out, read back by the family's load() to check spec.py agrees

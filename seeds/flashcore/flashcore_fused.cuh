@@ -41,7 +41,9 @@ struct Fused {
         }
 #if Q_REGS
 #if STAGES > 1
-        cp_async_wait<2 * (STAGES - 1)>();  // the Q group (committed before the K and V groups of the prologue)
+        // the Q group (committed before the K and V groups of the prologue; the only group when the
+        // cluster shares the K/V stages, which arrive by bulk copies instead)
+        cp_async_wait<(KV_SHARE > 1 ? 0 : 2 * (STAGES - 1))>();
 #endif
         __syncthreads();  // the Q tile has landed
 #pragma unroll

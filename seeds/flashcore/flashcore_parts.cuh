@@ -12,6 +12,7 @@
 #define WARPS (D == 128 ? WARPS_D128 : WARPS_D64)
 #define THREADS (WARPS * 32)
 #define KV_ROWS (BLOCK_N * KV_SPLIT)  // key/value rows a pipeline stage holds (one tile per split)
+#define KV_SHARE (D == 64 ? KV_SHARE_D64 : 1)  // blocks of a cluster sharing the K/V stages
 
 __host__ __device__ constexpr int align128(int bytes) { return (bytes + 127) / 128 * 128; }
 
@@ -174,7 +175,10 @@ struct Plan {
     static constexpr int p_bytes = SOFTMAX == 0 && PV != 0 ? align128(BLOCK_M * p_ld * 2) : 0;
     static constexpr int o_bytes = SOFTMAX == 0 && PV == 1 ? align128(BLOCK_M * o_ld * 4) : 0;
     static constexpr int stat_bytes = SOFTMAX == 0 ? align128(3 * BLOCK_M * 4) : 0;
-    static constexpr int bytes = q_bytes + 2 * STAGES * kv_bytes + s_bytes + p_bytes + o_bytes + stat_bytes + merge_bytes;
+    // K/V shared across a cluster: full (K), full (V) and empty mbarriers of every stage
+    static constexpr int barrier_bytes = KV_SHARE > 1 ? align128(3 * STAGES * 8) : 0;
+    static constexpr int bytes = q_bytes + 2 * STAGES * kv_bytes + s_bytes + p_bytes + o_bytes + stat_bytes +
+                                 barrier_bytes + merge_bytes;
 };
 
 struct Problem {
@@ -215,4 +219,48 @@ __device__ __forceinline__ float4 load_peer4(const float* local, int rank) {
     asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
                  : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(peer_address(local, rank)));
     return v;
+}
+
+// K/V shared by the KV_SHARE blocks of a cluster: mbarriers in shared memory and TMA copies
+// (cp.async.bulk.tensor) multicast to every block of the cluster.
+// A "full" barrier completes when its stage's bytes have landed (expect_tx / complete_tx); an
+// "empty" barrier when every warp of every block of the cluster is done reading the stage.
+__device__ __forceinline__ void barrier_init(uint64_t* bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(bar)), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void barrier_expect_bytes(uint64_t* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_address(bar)), "r"(bytes) : "memory");
+}
+
+// wait for the barrier's phase of this parity; cluster scope: arrivals from other blocks are acquired
+template <bool CLUSTER_SCOPE>
+__device__ __forceinline__ void barrier_wait(uint64_t* bar, unsigned parity) {
+    if (CLUSTER_SCOPE)
+        asm volatile("{\n.reg .pred ready;\nretry:\n"
+                     "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 ready, [%0], %1;\n"
+                     "@!ready bra retry;\n}" ::"r"(smem_address(bar)), "r"(parity) : "memory");
+    else
+        asm volatile("{\n.reg .pred ready;\nretry:\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 ready, [%0], %1;\n"
+                     "@!ready bra retry;\n}" ::"r"(smem_address(bar)), "r"(parity) : "memory");
+}
+
+// arrive on the barrier at the same place in block `rank` of the cluster
+__device__ __forceinline__ void barrier_arrive_peer(uint64_t* bar, int rank) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(peer_address(bar, rank)) : "memory");
+}
+
+// A TMA descriptor (CUtensorMap, encoded on the host by cuTensorMapEncodeTiled), passed by value
+struct alignas(64) TensorMap {
+    unsigned long long bits[16];
+};
+
+// The box of a 3-d tensor map at (column 0, row, head) into the same shared-memory offset of every
+// block of `mask`, each block's barrier at `bar`'s offset counting the bytes
+__device__ __forceinline__ void tensor_copy_multicast(void* dst, const TensorMap* map, int row, int head, uint64_t* bar,
+                                                      unsigned short mask) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+                 "[%0], [%1, {%2, %3, %4}], [%5], %6;" ::"r"(smem_address(dst)), "l"(reinterpret_cast<uint64_t>(map)),
+                 "r"(0), "r"(row), "r"(head), "r"(smem_address(bar)), "h"(mask) : "memory");
 }

@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 
 from kernel_genome import Boolean, Choice, Constraint, PowerOfTwo, Space
+from seeds._cuda import TensorMapBytes, tensor_map
 from seeds._family import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance, shape
 
 HERE = Path(__file__).parent
@@ -54,6 +55,8 @@ def shared_bytes(g, head_dim: int) -> int:
     ld = head_dim + (8 if g["layout"] == "padded" else 0)
     split = g["kv_split"]
     total = _align128(bm * ld * 2) + 2 * STAGES[g["kv_loads"]] * _align128(bn * split * ld * 2)
+    if kv_share(g, head_dim) > 1:
+        total += _align128(3 * STAGES[g["kv_loads"]] * 8)  # full K, full V and empty mbarriers a stage
     if split > 1 or g["cluster_kv_split"] > 1:
         total += _align128(split * bm * (head_dim + 4) * 4) + _align128(2 * split * bm * 4)
     if g["softmax"] == "smem":
@@ -63,6 +66,25 @@ def shared_bytes(g, head_dim: int) -> int:
         if g["pv"] == "wmma":
             total += _align128(bm * (head_dim + 4) * 4)
     return total
+
+
+def kv_share(g, head_dim: int) -> int:
+    """Blocks of a cluster sharing the K/V stages in this head dimension's kernel (1: none)."""
+    return g["kv_share_d64"] if head_dim == 64 else 1
+
+
+def grid(g, s: int, heads: int, head_dim: int) -> tuple[int, int]:
+    """Blocks of a launch: query blocks (times the cluster key split; rounded up to whole clusters
+    when they share K/V stages) by batch * heads."""
+    share = kv_share(g, head_dim)
+    query_blocks = (s + g["block_m"] - 1) // g["block_m"]
+    query_blocks = (query_blocks + share - 1) // share * share
+    return query_blocks * g["cluster_kv_split"], heads
+
+
+def kv_rows(g, head_dim: int) -> int:
+    """Key/value rows of one pipeline stage (a tile for each warp sharing the query rows)."""
+    return block_n(g, head_dim) * g["kv_split"]
 
 
 def _implies(condition: bool, consequence: bool) -> bool:
@@ -106,6 +128,10 @@ SPACE = Space(
         PowerOfTwo("cluster_kv_split", 1, 4,
                    description="fused path: blocks of a thread-block cluster sharing query rows, each on every n-th "
                                "K/V stage, merged through distributed shared memory"),
+        PowerOfTwo("kv_share_d64", 1, 4,
+                   description="D = 64 kernel, fused path: blocks of a thread-block cluster (consecutive query blocks "
+                               "of one head) sharing every K/V stage, each bringing in 1/n of its rows by a TMA copy "
+                               "multicast to all"),
     ],
     [
         Constraint(
@@ -143,6 +169,14 @@ SPACE = Space(
             "only the fused path merges partial rows across a cluster (cluster_kv_split = 1 unless softmax = registers)",
         ),
         Constraint(
+            "shared_stages_need_fused_pipeline",
+            lambda g: _implies(g["kv_share_d64"] > 1, g["softmax"] == "registers" and g["kv_loads"] != "plain"
+                               and g["layout"] != "padded" and g["cluster_kv_split"] == 1),
+            "K/V stages shared across a cluster (kv_share_d64 > 1) need the fused path, a pipeline of 2 or 3 "
+            "stages (kv_loads != plain), a layout the TMA writes (swizzled = its 128-byte swizzle, or plain; "
+            "not padded) and no cluster key split (cluster_kv_split = 1: one cluster dimension)",
+        ),
+        Constraint(
             "register_softmax_reduces_by_shuffle",
             lambda g: _implies(g["softmax"] == "registers", g["reduce"] == "shuffle"),
             "softmax in registers always reduces rows with quad shuffles (reduce = shuffle)",
@@ -162,7 +196,7 @@ SPACE = Space(
 
 SEED = SPACE.genome(dict(block_m=16, block_n_d64=64, warps_d64=4, block_n_d128=64, warps_d128=4, qk="scalar",
                          pv="scalar", softmax="smem", reduce="serial", exp2=False, layout="plain", kv_loads="plain",
-                         q_in_registers=False, kv_split=1, cluster_kv_split=1))
+                         q_in_registers=False, kv_split=1, cluster_kv_split=1, kv_share_d64=1))
 
 
 def attention_shape(name: str, b: int, h: int, s: int, d: int, *, causal: bool = False, mission: bool = False):
@@ -195,7 +229,7 @@ class FlashCore(KernelFamily):
                       PV=ENGINES.index(g["pv"]), SOFTMAX=int(g["softmax"] == "registers"),
                       REDUCE=int(g["reduce"] == "shuffle"), EXP2=int(g["exp2"]),
                       LAYOUT=("plain", "padded", "swizzled").index(g["layout"]), STAGES=STAGES[g["kv_loads"]],
-                      Q_REGS=int(g["q_in_registers"]), KV_SPLIT=g["kv_split"], CLUSTER=g["cluster_kv_split"],
+                      Q_REGS=int(g["q_in_registers"]), KV_SPLIT=g["kv_split"], CLUSTER=g["cluster_kv_split"], KV_SHARE_D64=g["kv_share_d64"],
                       **{f"{name.upper()}_D{d}": g[f"{name}_d{d}"] for name in ("block_n", "warps") for d in HEAD_DIMS})
         flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
             f"-D{k}={v}" for k, v in sorted(macros.items()))
@@ -248,10 +282,15 @@ class FlashCore(KernelFamily):
         b, h, s, d = shape["b"], shape["h"], shape["s"], shape["d"]
         function, smem = kernels[d]
         q, k, v = inputs
-        grid = ((s + g["block_m"] - 1) // g["block_m"] * g["cluster_kv_split"], b * h)
-        function.launch(grid, (warps(g, d) * 32,),
+        share = kv_share(g, d)
+        if share > 1:
+            box_rows = kv_rows(g, d) // share
+            maps = [tensor_map(t, box_rows, swizzled=g["layout"] == "swizzled") for t in (k, v)]
+        else:
+            maps = [TensorMapBytes(), TensorMapBytes()]  # not read by a kernel without shared stages
+        function.launch(grid(g, s, b * h, d), (warps(g, d) * 32,),
                         [ptr(q), ptr(k), ptr(v), ptr(output), ctypes.c_int(s), ctypes.c_int(shape["causal"]),
-                         ctypes.c_float(1.0 / math.sqrt(d))],
+                         ctypes.c_float(1.0 / math.sqrt(d)), *maps],
                         shared_bytes=smem)
 
     def anchor(self, shape: ProblemShape, inputs):
