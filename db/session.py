@@ -133,7 +133,8 @@ class Database:
                 tables = set(inspect(connection).get_table_names())
                 current = MigrationContext.configure(connection).get_current_revision()
         except OperationalError as exc:
-            raise SchemaError(f"cannot open database {self.description}: {exc.orig}") from None
+            reason = " ".join(str(exc.orig).split())  # one line: drivers' messages span several
+            raise SchemaError(f"cannot open database {self.description}: {reason}") from None
         head = self.head_revision()
         if current is None and not (tables - {"alembic_version"}):
             if create:

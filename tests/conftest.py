@@ -1,5 +1,6 @@
 import os
 import shutil
+import uuid
 
 import pytest
 
@@ -51,3 +52,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_nvcc)
         if "gpu" in item.keywords and not have_gpu():
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request, tmp_path):
+    """A fresh, empty database: a SQLite file, or a new database on the PostgreSQL server whose
+    URL is in EVO_TEST_POSTGRES_URL (``.ci/run`` starts one; skipped where there is none)."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "evo.db")
+        return
+    server = os.environ.get("EVO_TEST_POSTGRES_URL")
+    if not server:
+        pytest.skip("no PostgreSQL server: set EVO_TEST_POSTGRES_URL (.ci/start-postgres starts one)")
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = f"evo_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    yield make_url(server).set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as connection:
+        connection.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+    admin.dispose()

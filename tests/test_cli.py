@@ -69,8 +69,9 @@ def test_missing_experiment_file(capsys, tmp_path):
 def test_bad_database_urls_never_echo_the_password(capsys, tmp_path):
     for url, expected in [("postgresql://me:hunter2@host:port/db", "malformed"),
                           ("nosuch://me:hunter2@host/db", "unknown backend"),
+                          ("postgresql+psycopg://me:hunter2@127.0.0.1:1/evo", "cannot open database"),
                           (str(tmp_path / "missing" / "evo.db"), "does not exist")]:
-        assert main(["search", "--budget", "3", "--db", url]) == 2
+        assert main(["search", "--family", "cpu_gemm", "--budget", "3", "--db", url]) == 2
         err = capsys.readouterr().err
         assert expected in err and "hunter2" not in err and len(err.strip().splitlines()) == 1
 

@@ -18,6 +18,16 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def rows(db, query):
+    """The rows of a query on a SQLite file (a path) or on any database (a URL)."""
+    if "://" in str(db):
+        from sqlalchemy import create_engine, text
+
+        engine = create_engine(str(db))
+        try:
+            with engine.connect() as connection:
+                return [tuple(row) for row in connection.execute(text(query))]
+        finally:
+            engine.dispose()
     with sqlite3.connect(db) as connection:
         return connection.execute(query).fetchall()
 
@@ -115,6 +125,29 @@ def test_other_strategies_run_end_to_end(ray_session, tmp_path, extra):
                  "--trials", "1", *extra]) == 0
     assert rows(db, "SELECT COUNT(*) FROM evaluations")[0][0] == 10
     assert rows(db, "SELECT strategy, status FROM runs") == [(extra[1], "budget_exhausted")]
+
+
+def test_two_searches_at_once_on_one_database_keep_every_row(ray_session, database_url, tmp_path):
+    """Two `evo search` processes write one database (a SQLite file, or PostgreSQL) at the same time."""
+    processes = []
+    try:
+        for i in range(2):
+            with open(tmp_path / f"search{i}.log", "w") as log:
+                processes.append(_spawn(["search", "--family", "cpu_gemm", "--budget", "12", "--population", "6",
+                                         "--db", database_url, "--trials", "1", "--seed", str(i)], log))
+        codes = [process.wait(300) for process in processes]
+    finally:
+        for process in processes:
+            _reap(process)
+    assert codes == [0, 0], [(tmp_path / f"search{i}.log").read_text()[-2000:] for i in range(2)]
+    assert rows(database_url, "SELECT id, status FROM runs ORDER BY id") == [(1, "budget_exhausted"),
+                                                                             (2, "budget_exhausted")]
+    per_run = rows(database_url, "SELECT i.run_id, COUNT(*) FROM evaluations e JOIN individuals i "
+                                 "ON i.id = e.individual_id GROUP BY i.run_id ORDER BY i.run_id")
+    assert per_run == [(1, 12), (2, 12)]
+    check_store_invariants(database_url)
+    for run in (1, 2):
+        assert main(["show", str(run), "--db", database_url]) == 0
 
 
 def _spawn(args, log):
