@@ -44,6 +44,11 @@ def warps(g, head_dim: int) -> int:
     return g[f"warps_d{head_dim}"]
 
 
+def kv_rows(g, head_dim: int) -> int:
+    """Key/value rows of one pipeline stage (a tile for each warp sharing the query rows)."""
+    return block_n(g, head_dim) * g["kv_split"]
+
+
 def rows_per_warp(g, head_dim: int) -> int:
     """Query rows a warp owns on the fused path (warps sharing rows split the keys)."""
     return g["block_m"] * g["kv_split"] // warps(g, head_dim)
@@ -54,7 +59,7 @@ def shared_bytes(g, head_dim: int) -> int:
     bm, bn = g["block_m"], block_n(g, head_dim)
     ld = head_dim + (8 if g["layout"] == "padded" else 0)
     split = g["kv_split"]
-    total = _align128(bm * ld * 2) + 2 * STAGES[g["kv_loads"]] * _align128(bn * split * ld * 2)
+    total = _align128(bm * ld * 2) + 2 * STAGES[g["kv_loads"]] * _align128(kv_rows(g, head_dim) * ld * 2)
     if kv_share(g, head_dim) > 1:
         total += _align128(3 * STAGES[g["kv_loads"]] * 8)  # full K, full V and empty mbarriers a stage
     if split > 1 or g["cluster_kv_split"] > 1:
@@ -80,11 +85,6 @@ def grid(g, s: int, heads: int, head_dim: int) -> tuple[int, int]:
     query_blocks = (s + g["block_m"] - 1) // g["block_m"]
     query_blocks = (query_blocks + share - 1) // share * share
     return query_blocks * g["cluster_kv_split"], heads
-
-
-def kv_rows(g, head_dim: int) -> int:
-    """Key/value rows of one pipeline stage (a tile for each warp sharing the query rows)."""
-    return block_n(g, head_dim) * g["kv_split"]
 
 
 def _implies(condition: bool, consequence: bool) -> bool:
