@@ -3,8 +3,11 @@ for a CPU family), and the supervision that turns their failures into records.
 
 ``Pipeline`` takes genomes in and gives back exactly one ``Finished`` per genome, in the order
 they finish; ``Pipeline.evaluate_all`` gives them in input order. Nothing raised by a
-candidate crosses it: a dead actor is a ``crashed`` record, a stuck one a ``timeout`` record,
-and the actor is replaced in both cases (a poisoned process is never reused).
+candidate crosses it: a stuck actor is a ``timeout`` record, a kernel fault the evaluator caught a
+``crashed`` record, and the actor is replaced in both cases (a poisoned process is never reused).
+A worker process that dies is retried once on a fresh one (Ray retries a build task; the pipeline
+re-runs an evaluation on a replacement actor), then recorded as failed: ``worker_lost`` for a
+build, ``crashed`` for an evaluation.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import logging
 import os
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -83,6 +86,16 @@ class EvaluatorActor:
         return self.evaluator.gate(genome, build, target_s, rounds)
 
 
+@dataclass(frozen=True)
+class _Job:
+    """A built and screened genome on its way to an evaluator; ``attempt`` 1 is its retry."""
+
+    genome: Genome
+    build: BuildResult
+    screened: ScreenResult
+    attempt: int = 0
+
+
 @dataclass
 class _Slot:
     """One evaluator actor and what it is doing."""
@@ -90,7 +103,10 @@ class _Slot:
     actor: object
     anchor_ref: object | None = None
     anchor_started: float = 0.0
-    job: tuple | None = None  # (genome, build, screened, ref, started)
+    anchor_attempt: int = 0  # 1: this actor replaces one that died timing the anchor
+    job: _Job | None = None
+    job_ref: object | None = None
+    job_started: float = 0.0
     hardware: dict = field(default_factory=dict)
 
 
@@ -144,7 +160,8 @@ class Pipeline:
     def _replace(self, slot: _Slot) -> None:
         self._ray.kill(slot.actor, no_restart=True)
         fresh = self._new_slot()
-        slot.actor, slot.anchor_ref, slot.anchor_started, slot.job = fresh.actor, fresh.anchor_ref, fresh.anchor_started, None
+        slot.actor, slot.anchor_ref, slot.anchor_started = fresh.actor, fresh.anchor_ref, fresh.anchor_started
+        slot.anchor_attempt, slot.job, slot.job_ref = 0, None, None
 
     # -- public API ---------------------------------------------------------------------------
     def submit(self, genomes: Sequence[Genome]) -> None:
@@ -228,7 +245,7 @@ class Pipeline:
         ray = self._ray
         refs = list(self._building)
         refs += [s.anchor_ref for s in self._slots if s.anchor_ref is not None]
-        refs += [s.job[3] for s in self._slots if s.job is not None]
+        refs += [s.job_ref for s in self._slots if s.job is not None]
         if refs:
             ray.wait(refs, num_returns=1, timeout=wait_s)
         self._collect_builds()
@@ -249,7 +266,7 @@ class Pipeline:
                 self._finish(genome, EvalResult(genome.id, Status.WORKER_LOST, f"build worker lost: {exc}", None))
                 continue
             if screened.status is Status.OK:
-                self._ready.append((genome, build, screened))
+                self._ready.append(_Job(genome, build, screened))
             else:
                 stages = StageSeconds(build=build.seconds, screen=screened.seconds)
                 self._finish(genome, EvalResult(genome.id, screened.status, screened.message, None,
@@ -257,50 +274,67 @@ class Pipeline:
                                                 artifact_key=build.artifact_key))
 
     def _check_slot(self, slot: _Slot) -> None:
-        ray = self._ray
-        now = time.monotonic()
         if slot.anchor_ref is not None:
-            ready, _ = ray.wait([slot.anchor_ref], timeout=0)
-            if ready:
-                try:
-                    anchor, secondary = ray.get(slot.anchor_ref)
-                    slot.hardware = {**ray.get(slot.actor.describe.remote()), "anchor": anchor,
-                                     "secondary_anchors": to_jsonable(secondary)}
-                    self.hardware = self.hardware or slot.hardware
-                    slot.anchor_ref = None
-                except Exception as exc:
-                    raise RuntimeError(f"the evaluator could not time the anchor: {exc}") from exc
-            elif now - slot.anchor_started > self.config.anchor_timeout_s:
-                raise RuntimeError(f"the anchor took more than {self.config.anchor_timeout_s:g} s")
-            return
-        if slot.job is None:
-            return
-        genome, build, screened, ref, started = slot.job
-        ready, _ = ray.wait([ref], timeout=0)
+            self._check_anchor(slot)
+        elif slot.job is not None:
+            self._check_job(slot)
+
+    def _check_anchor(self, slot: _Slot) -> None:
+        ray = self._ray
+        ready, _ = ray.wait([slot.anchor_ref], timeout=0)
         if ready:
             try:
-                result = ray.get(ref)
+                anchor, secondary = ray.get(slot.anchor_ref)
+                slot.hardware = {**ray.get(slot.actor.describe.remote()), "anchor": anchor,
+                                 "secondary_anchors": to_jsonable(secondary)}
             except ray.exceptions.RayActorError as exc:
-                result = self._failure(genome, build, screened, Status.CRASHED,
-                                       f"evaluator process died running this kernel: {_short(exc)}", started)
+                if slot.anchor_attempt:
+                    raise RuntimeError(f"the evaluator died twice timing the anchor: {_short(exc)}") from exc
+                self._replace(slot)  # a process killed from outside: once more on a fresh one
+                slot.anchor_attempt = 1
+                return
+            except Exception as exc:
+                raise RuntimeError(f"the evaluator could not time the anchor: {exc}") from exc
+            self.hardware = self.hardware or slot.hardware
+            slot.anchor_ref = None
+        elif time.monotonic() - slot.anchor_started > self.config.anchor_timeout_s:
+            raise RuntimeError(f"the anchor took more than {self.config.anchor_timeout_s:g} s")
+
+    def _check_job(self, slot: _Slot) -> None:
+        ray = self._ray
+        job, started = slot.job, slot.job_started
+        ready, _ = ray.wait([slot.job_ref], timeout=0)
+        if ready:
+            try:
+                result = ray.get(slot.job_ref)
+            except ray.exceptions.RayActorError as exc:
+                self._replace(slot)  # the process is gone; never reuse its slot's actor
+                if not job.attempt:  # maybe killed from outside (OOM killer, a user): once more
+                    self._ready.appendleft(replace(job, attempt=1))
+                    return
+                self._finish(job.genome, self._failure(
+                    job, Status.CRASHED, "evaluator process died running this kernel, twice (retried once "
+                    f"on a fresh evaluator): {_short(exc)}", started))
+                return
             except ray.exceptions.RayError as exc:  # the evaluator itself raised: still this genome's record
-                result = self._failure(genome, build, screened, Status.CRASHED,
+                result = self._failure(job, Status.CRASHED,
                                        f"evaluator raised: {_short(exc.cause if hasattr(exc, 'cause') else exc)}",
                                        started)
-            slot.job = None
+            slot.job, slot.job_ref = None, None
             if result.status is Status.CRASHED:
-                self._replace(slot)  # a dead process, or a kernel fault that may have poisoned the CUDA context
-            self._finish(genome, result)
-        elif now - started > self.config.eval_timeout_s:
-            result = self._failure(genome, build, screened, Status.TIMEOUT,
+                self._replace(slot)  # a kernel fault that may have poisoned the CUDA context
+            self._finish(job.genome, result)
+        elif time.monotonic() - started > self.config.eval_timeout_s:
+            result = self._failure(job, Status.TIMEOUT,
                                    f"no result after {self.config.eval_timeout_s:g} s; evaluator killed", started)
             self._replace(slot)
-            self._finish(genome, result)
+            self._finish(job.genome, result)
 
-    def _failure(self, genome, build, screened, status, message, started) -> EvalResult:
-        stages = StageSeconds(build=build.seconds, screen=screened.seconds, verify=time.monotonic() - started)
-        return EvalResult(genome.id, status, message, None, usage=screened.usage, stages=stages,
-                          artifact_key=build.artifact_key)
+    def _failure(self, job: _Job, status: Status, message: str, started: float) -> EvalResult:
+        stages = StageSeconds(build=job.build.seconds, screen=job.screened.seconds,
+                              verify=time.monotonic() - started)
+        return EvalResult(job.genome.id, status, message, None, usage=job.screened.usage, stages=stages,
+                          artifact_key=job.build.artifact_key)
 
     def _dispatch(self) -> None:
         if self._holding or (self._isolate_timing and self._building):
@@ -309,9 +343,9 @@ class Pipeline:
             if not self._ready:
                 return
             if slot.anchor_ref is None and slot.job is None:
-                genome, build, screened = self._ready.popleft()
-                ref = slot.actor.evaluate.remote(genome.to_json(), build, screened)
-                slot.job = (genome, build, screened, ref, time.monotonic())
+                job = self._ready.popleft()
+                slot.job, slot.job_started = job, time.monotonic()
+                slot.job_ref = slot.actor.evaluate.remote(job.genome.to_json(), job.build, job.screened)
 
     def _finish(self, genome: Genome, result: EvalResult) -> None:
         self._finished.append(Finished(genome, result))

@@ -1,6 +1,7 @@
 // A test-only family whose MODE knob picks a deliberate fault:
 // 0 correct, 1 wrong answer, 2 NaN, 3 output never written, 4 segfault, 5 infinite loop,
-// 6 does not compile, 7 correct for its first 50 calls in a process, wrong after (flaky).
+// 6 does not compile, 7 correct for its first 50 calls in a process, wrong after (flaky);
+// 8-10 correct (their faults kill the Ray worker from outside the kernel, see faulty.py).
 // out[i] = SCALE * a[i] + b[i].
 #include <cmath>
 
