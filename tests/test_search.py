@@ -176,22 +176,56 @@ def _reap(process):
         pass
 
 
+def _running_in_session(session_id):
+    """{pid: name} of a session's processes still running (zombies hold nothing and are left out)."""
+    running = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name, fields = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
+        if fields[0] != "Z" and int(fields[3]) == session_id:
+            running[int(stat.parent.name)] = name
+    return running
+
+
+def _wait_until_gone(session_id, timeout, ignore=()):
+    """What of the session still runs after at most ``timeout`` s (names in ``ignore`` left out)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = {pid: name for pid, name in _running_in_session(session_id).items() if name not in ignore}
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+RAY_AGENTS = ("ray::DashboardA", "ray::RuntimeEnv")  # /proc truncates names to 15 characters
+
+
 def test_sigkill_then_resume_loses_nothing_and_repeats_nothing(ray_session, tmp_path):
     db = tmp_path / "evo.db"
     with open(tmp_path / "search.log", "w") as log:
         process = _spawn(["search", "--family", "cpu_gemm", "--budget", "24", "--population", "6", "--db", str(db),
                           "--trials", "1"], log)
-        try:
-            _wait_for_evaluations(db, 8, process)
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait(30)
-        finally:
-            _reap(process)
-    before = rows(db, "SELECT e.id, i.genome_id, e.status, e.fitness_s, e.created_at FROM evaluations e "
-                      "JOIN individuals i ON i.id = e.individual_id ORDER BY e.id")
-    assert 8 <= len(before) < 24
-    assert rows(db, "SELECT status FROM runs") == [("running",)]  # it never got to say goodbye
-    assert main(["search", "--resume", "1", "--db", str(db)]) == 0
+    try:
+        _wait_for_evaluations(db, 8, process)
+        assert "ray::EvaluatorA" in _running_in_session(process.pid).values()
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(30)
+        # The local Ray instance shares its driver's fate: the evaluator (which would hold a GPU),
+        # raylet, GCS and workers go at once ...
+        assert _wait_until_gone(process.pid, 20, ignore=RAY_AGENTS) == {}
+        before = rows(db, "SELECT e.id, i.genome_id, e.status, e.fitness_s, e.created_at FROM evaluations e "
+                          "JOIN individuals i ON i.id = e.individual_id ORDER BY e.id")
+        assert 8 <= len(before) < 24
+        assert rows(db, "SELECT status FROM runs") == [("running",)]  # it never got to say goodbye
+        assert main(["search", "--resume", "1", "--db", str(db)]) == 0
+        # ... and Ray's two agents exit by themselves, once their report of the raylet's death to
+        # the dead GCS gives up (about a minute after the kill).
+        assert _wait_until_gone(process.pid, 120) == {}
+    finally:
+        _reap(process)
     after = rows(db, "SELECT e.id, i.genome_id, e.status, e.fitness_s, e.created_at FROM evaluations e "
                      "JOIN individuals i ON i.id = e.individual_id ORDER BY e.id")
     assert after[: len(before)] == before  # every finished evaluation kept as it was
