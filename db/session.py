@@ -17,7 +17,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, event, inspect
 from sqlalchemy.engine import URL, Engine, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -35,7 +35,10 @@ def resolve_url(value: str | None) -> URL:
     """
     text = value if value else os.environ.get("EVO_DB") or DEFAULT_DB
     if "://" not in text:
-        path = Path(text).expanduser()
+        try:
+            path = Path(text).expanduser()
+        except RuntimeError:  # ~someone who does not exist here
+            raise ValueError(f"database path {text!r}: cannot expand its ~ (no such user here)") from None
         if path.is_dir():
             raise ValueError(f"database path {text!r} is a directory")
         if not path.resolve().parent.is_dir():
@@ -46,6 +49,9 @@ def resolve_url(value: str | None) -> URL:
     except (ArgumentError, ValueError):
         raise ValueError("database URL is malformed (expected e.g. sqlite:///evo.db or "
                          "postgresql://user@host/db)") from None
+    if url.get_backend_name() == "sqlite" and (not is_sqlite_file(url) or url.query.get("mode") == "memory"):
+        raise ValueError("an in-memory SQLite database would lose every result when evo exits: "
+                         "give a file (sqlite:///evo.db or a path)")
     try:
         url.get_dialect()
     except NoSuchModuleError:
@@ -76,6 +82,10 @@ class Database:
     def exists(self) -> bool:
         """False only for a SQLite file that has not been created yet."""
         return not is_sqlite_file(self.url) or Path(self.url.database).exists()
+
+    def is_empty_file(self) -> bool:
+        """A SQLite file of 0 bytes: no schema, and connecting (WAL mode) would write its header."""
+        return is_sqlite_file(self.url) and self.exists() and Path(self.url.database).stat().st_size == 0
 
     @property
     def engine(self) -> Engine:
@@ -115,30 +125,38 @@ class Database:
     def head_revision(self) -> str:
         return ScriptDirectory(str(MIGRATIONS)).get_current_head()
 
+    @contextmanager
+    def _reporting_connection_errors(self) -> Iterator[None]:
+        """An unreachable server, a bad password, a file that is not SQLite: a one-line ``SchemaError``."""
+        try:
+            yield
+        except DatabaseError as exc:
+            reason = " ".join(str(exc.orig).split())  # one line: drivers' messages span several
+            raise SchemaError(f"cannot open database {self.description}: {reason}") from None
+
     def current_revision(self) -> str | None:
-        with self.engine.connect() as connection:
+        with self._reporting_connection_errors(), self.engine.connect() as connection:
             return MigrationContext.configure(connection).get_current_revision()
 
     def upgrade(self) -> tuple[str | None, str]:
         """Migrate to the newest schema; returns (revision before, revision after)."""
         before = self.current_revision()
-        with self.engine.begin() as connection:
+        with self._reporting_connection_errors(), self.engine.begin() as connection:
             command.upgrade(self._alembic(connection), "head")
         return before, self.head_revision()
 
     def open(self, *, create: bool = True) -> "Database":
         """Connect; create the schema in an empty database; refuse an outdated one."""
-        try:
-            with self.engine.connect() as connection:
-                tables = set(inspect(connection).get_table_names())
-                current = MigrationContext.configure(connection).get_current_revision()
-        except OperationalError as exc:
-            reason = " ".join(str(exc.orig).split())  # one line: drivers' messages span several
-            raise SchemaError(f"cannot open database {self.description}: {reason}") from None
+        if not create and self.is_empty_file():
+            raise SchemaError(f"database {self.description} is empty: no evo run has been stored in it")
+        with self._reporting_connection_errors(), self.engine.connect() as connection:
+            tables = set(inspect(connection).get_table_names())
+            current = MigrationContext.configure(connection).get_current_revision()
         head = self.head_revision()
         if current is None and not (tables - {"alembic_version"}):
-            if create:
-                self.upgrade()
+            if not create:
+                raise SchemaError(f"database {self.description} is empty: no evo run has been stored in it")
+            self.upgrade()
             return self
         if current is None:
             raise SchemaError(f"database {self.description} has tables but no evo schema version")

@@ -8,6 +8,7 @@ Exit codes: 0 target reached (or the budget ran out and no target was set); 1 in
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 from typing import Sequence
@@ -19,6 +20,19 @@ EXIT_BAD_INPUT = 2
 
 class BadInput(Exception):
     """Raised for anything the user gave us that we cannot use; printed as one line, exit 2."""
+
+
+_URL_PASSWORD = re.compile(r"(\b[A-Za-z][\w+.-]*://[^:/@\s]*:)[^@\s]*@")
+
+
+def hide_passwords(text: str) -> str:
+    """``scheme://user:***@host``: no message evo prints echoes a password, even one typed in the wrong place."""
+    return _URL_PASSWORD.sub(r"\1***@", text)
+
+
+def error_line(text: str) -> str:
+    """A refusal as one line: passwords hidden, control characters (a newline in an argument) escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in hide_passwords(text))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -113,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return commands.dispatch(args, console)
     except BadInput as exc:
-        errors.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
+        errors.print(f"error: {error_line(str(exc))}", highlight=False, markup=False, soft_wrap=True)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         errors.print("interrupted: the run is marked interrupted; continue it with `evo search --resume RUN`",

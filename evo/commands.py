@@ -301,10 +301,14 @@ def cmd_doctor(args, console: Console) -> int:
 
 def cmd_db(args, console: Console) -> int:
     database = _database(args, must_exist=args.db_command == "current")
-    if args.db_command == "current":
-        console.print(f"{database.description}: schema revision {database.current_revision() or 'none'} "
-                      f"(this evo: {database.head_revision()})", highlight=False)
-        return 0
-    before, after = database.upgrade()
+    try:
+        if args.db_command == "current":
+            revision = None if database.is_empty_file() else database.current_revision()  # reading writes nothing
+            console.print(f"{database.description}: schema revision {revision or 'none'} "
+                          f"(this evo: {database.head_revision()})", highlight=False)
+            return 0
+        before, after = database.upgrade()
+    except SchemaError as exc:
+        raise BadInput(str(exc)) from None
     console.print(f"{database.description}: schema {before or 'empty'} -> {after}", highlight=False)
     return 0
