@@ -113,9 +113,37 @@ def cmd_search(args, console: Console) -> int:
     if family.device == "cuda" and args.ray_address is None and not _local_gpu():
         raise BadInput(f"family {family.name} runs on a CUDA GPU and this machine has none "
                        f"(use --ray-address for a cluster with GPUs, or a CPU family such as --family cpu_gemm)")
+    _refuse_a_family_that_does_not_compile(family, config)
     store = _open(database)
     search = Search(config, store, ConsoleReporter(console, budget=config.budget), ray_address=args.ray_address)
     return search.start().exit_code
+
+
+def _refuse_a_family_that_does_not_compile(family, config) -> None:
+    """Build the seed genomes here (cached: the search's own builds of them are then cache hits);
+    when none compiles, the family's source is broken and no run is started. Skipped where this
+    machine lacks the family's compiler (a Ray cluster's workers build)."""
+    from pathlib import Path
+
+    from fitness import BuildConfig, Builder, Status, default_cache_dir
+    from fitness.build import compiler_command
+
+    builder = Builder(BuildConfig(Path(config.cache_dir) if config.cache_dir else default_cache_dir(),
+                                  config.build_timeout_s))
+    failures = []
+    for seed in family.seed_genomes:
+        try:
+            recipe = family.build_recipe(seed)
+        except Exception as exc:  # noqa: BLE001 - the family's own code failing is the user's input failing
+            failures.append(f"rendering its source raised {type(exc).__name__}: {exc}")
+            continue
+        if shutil.which(compiler_command(recipe.compiler)) is None:
+            return
+        build = builder.build(seed.id, recipe)
+        if build.status not in (Status.COMPILE_ERROR, Status.COMPILE_TIMEOUT):
+            return
+        failures.append(build.message)
+    raise BadInput(f"family {family.name} does not build: its seed genome fails ({failures[0]})")
 
 
 def _local_gpu() -> bool:

@@ -43,6 +43,8 @@ def run_bad(argv, capsys, tmp_path, expected):
     (["lineage", "1"], "no database at"),
     (["lineage", "1", "--format", "pdf"], "--format must be one of html, md, dot, json"),
     (["frobnicate"], "invalid choice"),
+    (["search", "--family", "tests.families.broken:FAMILY", "--budget", "3"],
+     "family broken does not build: its seed genome fails ("),
 ])
 def test_bad_flags(argv, expected, capsys, tmp_path):
     run_bad(argv, capsys, tmp_path, expected)
