@@ -2,11 +2,15 @@
 
     python benchmarks/flashcore_floor.py
 
-Three trivial kernels, built with nvcc and launched through cuda.bindings exactly as a FlashCore
+Trivial kernels, built with nvcc and launched through cuda.bindings exactly as a FlashCore
 genome is, timed by fitness.benchmark (CUDA-graph bursts, median) beside cuDNN SDPA in the same
-process: an empty kernel (one block; the mission grid of 128 blocks x 256 threads), and a kernel
-whose 128 blocks each read their head's whole K and V (as an attention block of 32 query rows
-must) and write 32 rows of O. The gap between these and an attention kernel is the work itself.
+process: an empty kernel (one block; the mission grid of 128 blocks x 256 threads), and kernels
+whose blocks each read their head's K and V (as an attention block must) and write its rows of O.
+The gap between these and an attention kernel is the work itself.
+
+``read_kv_bulk`` brings each tensor in with one bulk (TMA) copy instead of 16-byte loads, for
+blocks of 32 query rows (the mission grid) and of 64 (half as many blocks, each still reading
+its head's whole K and V).
 """
 
 from __future__ import annotations
@@ -35,6 +39,39 @@ extern "C" __global__ void read_kv(const half* q, const half* k, const half* v, 
         reinterpret_cast<uint4*>(o + rows)[i] = value;
     }
 }
+
+__device__ __forceinline__ unsigned smem_address(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// like read_kv, but each tensor arrives by one bulk (TMA) copy into shared memory; blocks of `rows` query rows
+extern "C" __global__ void read_kv_bulk(const half* q, const half* k, const half* v, half* o, int s, int rows) {
+    extern __shared__ __align__(128) unsigned char stage[];
+    __shared__ __align__(8) unsigned long long full;
+    const size_t head = (size_t)blockIdx.y * s * 64;
+    const unsigned bytes = s * 64 * 2;
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(smem_address(&full)));
+        asm volatile("fence.proxy.async.shared::cta;");
+        asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(smem_address(&full)), "r"(2 * bytes));
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                     ::"r"(smem_address(stage)), "l"(k + head), "r"(bytes), "r"(smem_address(&full)) : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                     ::"r"(smem_address(stage + bytes)), "l"(v + head), "r"(bytes), "r"(smem_address(&full))
+                     : "memory");
+    }
+    __syncthreads();
+    unsigned done = 0;
+    while (!done) {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(smem_address(&full)) : "memory");
+    }
+    const unsigned mix = reinterpret_cast<const unsigned*>(stage)[threadIdx.x] ^
+                         reinterpret_cast<const unsigned*>(stage + bytes)[threadIdx.x];
+    const size_t out_rows = head + (size_t)blockIdx.x * rows * 64;
+    for (int i = threadIdx.x; i < rows * 64; i += blockDim.x)
+        o[out_rows + i] = __float2half(__half2float(q[out_rows + i]) + (mix & 1));
+}
 """
 
 
@@ -54,12 +91,20 @@ def main() -> None:
     q, k, v = (torch.randn(1, 8, 512, 64, device="cuda", dtype=torch.float16) for _ in range(3))
     o = torch.empty_like(q)
     s = ctypes.c_int(512)
-    empty, read_kv = module.kernel("empty_kernel"), module.kernel("read_kv")
+    empty, read_kv, bulk = module.kernel("empty_kernel"), module.kernel("read_kv"), module.kernel("read_kv_bulk")
+    bulk.set_max_dynamic_shared(2 * 512 * 128)
+
+    def bulk_case(rows: int):
+        grid, args = (512 // rows, 8), [ptr(q), ptr(k), ptr(v), ptr(o), s, ctypes.c_int(rows)]
+        return (f"{grid[0]} x 8 blocks of {rows} rows, each bulk-copying (TMA) its head's K and V (128 KB)",
+                lambda: bulk.launch(grid, (256,), args, shared_bytes=2 * 512 * 128))
+
     cases = [
         ("empty kernel, 1 block of 32 threads", lambda: empty.launch((1, 1), (32,), [ptr(q), ptr(o)])),
         ("empty kernel, 16 x 8 blocks of 256 threads", lambda: empty.launch((16, 8), (256,), [ptr(q), ptr(o)])),
         ("16 x 8 blocks each reading its head's K and V (128 KB)",
          lambda: read_kv.launch((16, 8), (256,), [ptr(q), ptr(k), ptr(v), ptr(o), s])),
+        bulk_case(32), bulk_case(64),
         ("cuDNN SDPA (the anchor)", lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v)),
     ]
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; shape (1,8,512,64) fp16")
