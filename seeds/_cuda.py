@@ -110,28 +110,45 @@ class TensorMapBytes(ctypes.Structure):
     _fields_ = [("bits", ctypes.c_uint64 * 16)]
 
 
-def tensor_map(tensor, box_rows: int, *, swizzled: bool) -> TensorMapBytes:
-    """TMA descriptor of a contiguous fp16 [..., S, D] tensor seen as [rows of all heads][S][D].
-
-    The box is ``box_rows`` rows of all D columns; rows past S read as zeros. ``swizzled``
-    selects the 128-byte swizzle in shared memory (16-byte chunks XOR row % 8, D * 2 <= 128).
-    """
+def _encode(tensor, dims: list[int], strides_bytes: list[int], box: list[int], swizzled: bool) -> TensorMapBytes:
+    """cuTensorMapEncodeTiled for a 16-bit tensor: ``dims`` innermost first, out-of-bounds reads as zeros."""
     import torch
 
     driver = _driver()
-    if tensor.dtype != torch.float16 or not tensor.is_cuda or not tensor.is_contiguous() or tensor.dim() < 2:
-        raise ValueError("tensor_map needs a contiguous fp16 CUDA tensor of at least 2 dimensions")
-    s, d = tensor.shape[-2], tensor.shape[-1]
-    heads = tensor.numel() // (s * d)
+    types = {torch.float16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+             torch.bfloat16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}
+    if tensor.dtype not in types or not tensor.is_cuda or not tensor.is_contiguous():
+        raise ValueError("a tensor map needs a contiguous fp16 or bf16 CUDA tensor")
     u64, u32 = driver.cuuint64_t, driver.cuuint32_t
     swizzle = driver.CUtensorMapSwizzle
     encoded = _check("cuTensorMapEncodeTiled", driver.cuTensorMapEncodeTiled(
-        driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, tensor.data_ptr(),
-        [u64(d), u64(s), u64(heads)], [u64(d * 2), u64(s * d * 2)], [u32(d), u32(box_rows), u32(1)],
-        [u32(1), u32(1), u32(1)], driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        types[tensor.dtype], len(dims), tensor.data_ptr(), [u64(d) for d in dims], [u64(s) for s in strides_bytes],
+        [u32(b) for b in box], [u32(1)] * len(dims), driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         swizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzled else swizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
         driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
         driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE))
     out = TensorMapBytes()
     ctypes.memmove(ctypes.addressof(out), encoded.getPtr(), ctypes.sizeof(out))
     return out
+
+
+def tensor_map(tensor, box_rows: int, *, swizzled: bool) -> TensorMapBytes:
+    """TMA descriptor of a contiguous fp16 [..., S, D] tensor seen as [rows of all heads][S][D].
+
+    The box is ``box_rows`` rows of all D columns; rows past S read as zeros. ``swizzled``
+    selects the 128-byte swizzle in shared memory (16-byte chunks XOR row % 8, D * 2 <= 128).
+    """
+    if tensor.dim() < 2:
+        raise ValueError("tensor_map needs a tensor of at least 2 dimensions")
+    s, d = tensor.shape[-2], tensor.shape[-1]
+    heads = tensor.numel() // (s * d)
+    return _encode(tensor, [d, s, heads], [d * 2, s * d * 2], [d, box_rows, 1], swizzled)
+
+
+def matrix_map(tensor, box_columns: int, box_rows: int, *, swizzled: bool) -> TensorMapBytes:
+    """TMA descriptor of a contiguous 16-bit row-major matrix [rows, columns] (columns % 8 == 0),
+    boxes of ``box_rows`` x ``box_columns``; ``swizzled``: the 128-byte swizzle (box_columns * 2 <= 128)."""
+    if tensor.dim() != 2:
+        raise ValueError("matrix_map needs a 2-d tensor")
+    rows, columns = tensor.shape
+    return _encode(tensor, [columns, rows], [columns * 2], [box_columns, box_rows], swizzled)

@@ -1,13 +1,11 @@
 """FlashCore: every knob value compiles for sm_90a and passes the ptxas screen (CPU CI, with nvcc);
 sampled genomes are correct on every shape of the set (GPU)."""
 
-import random
-
 import pytest
 
 from fitness import BuildConfig, Builder, EvalConfig, Evaluator, Status, screen
-from kernel_genome import Genome, Space
 from seeds import get_family, shape
+from tests.sampling import covering_sample
 
 FAMILY = get_family("flashcore")
 # the FlashAttention-2 design point: mma.sync both ways, softmax in registers, Q in registers
@@ -20,24 +18,6 @@ LARGE_TILES = FA2_LIKE.replace(block_m=128, block_n_d64=128, warps_d64=4, block_
                                q_in_registers=False)
 # the mission-shape design point with its K/V stages shared by a cluster of 2 blocks (TMA multicast)
 SHARED_STAGES = FA2_LIKE.replace(block_m=32, warps_d64=8, block_n_d128=32, warps_d128=8, kv_split=4, kv_share_d64=2)
-
-
-def covering_sample(space: Space, seed: int = 0) -> list[Genome]:
-    """Valid genomes such that every value of every knob appears in at least one of them."""
-    rng = random.Random(seed)
-    chosen: dict[str, Genome] = {}
-    for knob in space.knobs:
-        for value in knob.values:
-            if any(g[knob.name] == value and type(g[knob.name]) is type(value) for g in chosen.values()):
-                continue
-            for _ in range(20000):
-                candidate = Genome.from_mapping({k.name: rng.choice(k.values) for k in space.knobs}).replace(**{knob.name: value})
-                if space.is_valid(candidate):
-                    break
-            else:
-                raise AssertionError(f"no valid genome has {knob.name}={value!r}")
-            chosen[candidate.id] = candidate
-    return list(chosen.values())
 
 
 def test_covering_sample_covers_every_value():

@@ -1,0 +1,224 @@
+"""ViT patch-embedding GEMM with its bias + positional-embedding epilogue, on the H100 (sm_90a).
+
+C[b * P + p, n] = bf16(sum_k A[b * P + p, k] * W[n, k] + bias[n] + pos[p, n]), A bf16 [M, K],
+W bf16 [N, K] (K-major, as nn.Linear and the patch convolution keep it), bias fp32 [N], pos fp32
+[P, N], fp32 accumulation. One CUDA source (vit_gemm.cu): TMA loads into a ring of stages on
+mbarriers, a producer warpgroup and one or two consumer warpgroups multiplying with wgmma from
+shared memory, and the epilogue's store path as knobs (see the source's header).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+from kernel_genome import Choice, Constraint, IntRange, PowerOfTwo, Space
+from seeds._family import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance, shape
+
+HERE = Path(__file__).parent
+SOURCE = HERE / "vit_gemm.cu"
+SMEM_LIMIT = 227 * 1024  # one block
+SMEM_PER_SM = 228 * 1024  # all the blocks of an SM (each also reserves 1 KiB for the system)
+REGISTER_MARGIN = 24  # registers a consumer thread needs beside its accumulators (descriptors, loop, addresses)
+STORES = ("tma", "direct4", "direct16")
+TAIL_SYNCS = ("syncthreads", "named_barrier")
+
+
+def block_m(g) -> int:
+    return 64 * g["m_tiles"] * g["consumers"]
+
+
+def stage_bytes(g) -> int:
+    """One stage of the ring: a 64-deep slice of A (block_m rows) and of W (block_n rows), bf16."""
+    return (block_m(g) + g["block_n"]) * 64 * 2
+
+
+def shared_bytes(g) -> int:
+    """Dynamic shared memory of a block; mirrors SHARED_BYTES in vit_gemm.cu."""
+    return g["stages"] * stage_bytes(g) + 2 * g["stages"] * 8 + 1024
+
+
+def register_cap(g) -> int:
+    """Registers a thread may use: the register file over the threads of blocks_per_sm blocks, in
+    ptxas's steps of 8, at most 255 (what __launch_bounds__(threads, blocks_per_sm) imposes)."""
+    threads = 128 * (g["consumers"] + 1) * g["blocks_per_sm"]
+    return min(255, 65536 // threads // 8 * 8)
+
+
+def _implies(condition: bool, consequence: bool) -> bool:
+    return consequence or not condition
+
+
+SPACE = Space(
+    [
+        PowerOfTwo("block_n", 64, 256, description="tile columns = wgmma N"),
+        PowerOfTwo("consumers", 1, 2, description="consumer warpgroups (each beside one producer warpgroup)"),
+        PowerOfTwo("m_tiles", 1, 2, description="m64 wgmma tiles a consumer warpgroup owns (tile rows = 64 x m_tiles x consumers)"),
+        IntRange("stages", 2, 6, description="TMA pipeline stages of 64-deep K slices"),
+        Choice("store", STORES, description="epilogue store: staged in shared memory + TMA store | st.global "
+                                            "4 bytes a lane from the accumulators | 16 bytes a lane after a quad transpose"),
+        IntRange("wgmma_depth", 1, 2, description="wgmma groups in flight: 1 waits for each K slice before releasing "
+                                                   "its stage, 2 releases the previous slice's stage while this one runs"),
+        PowerOfTwo("blocks_per_sm", 1, 2, description="blocks sharing an SM (the register cap of __launch_bounds__), "
+                                                      "so that one block's epilogue overlaps another's main loop"),
+        Choice("tail_sync", TAIL_SYNCS, description="staged store's rendezvous: whole-block __syncthreads | "
+                                                    "named barrier of the consumer warpgroups only"),
+    ],
+    [
+        Constraint("accumulators_fit_registers",
+                   lambda g: g["m_tiles"] * g["block_n"] // 2 + REGISTER_MARGIN <= register_cap(g),
+                   f"a consumer thread's fp32 accumulators, m_tiles * block_n / 2, plus {REGISTER_MARGIN} fit the "
+                   "register cap: 65536 / (threads * blocks_per_sm), in steps of 8, at most 255 (ptxas cannot "
+                   "assemble a wgmma whose accumulators do not fit; the screen drops those that spill)"),
+        Constraint("shared_memory_fits", lambda g: shared_bytes(g) <= SMEM_LIMIT,
+                   f"stages * (block_m + block_n) * 128 bytes (+ barriers) <= {SMEM_LIMIT}"),
+        Constraint("blocks_fit_an_sm",
+                   lambda g: g["blocks_per_sm"] * (shared_bytes(g) + 1024) <= SMEM_PER_SM,
+                   f"blocks_per_sm * (shared bytes + 1 KiB) <= {SMEM_PER_SM}: the blocks meant to share an SM fit its "
+                   "shared memory"),
+        Constraint("staged_tile_fits_the_stages",
+                   lambda g: _implies(g["store"] == "tma", block_m(g) * g["block_n"] * 2 <= g["stages"] * stage_bytes(g)),
+                   "the TMA store stages the C tile in the pipeline's shared memory: block_m * block_n * 2 bytes "
+                   "must fit in stages * stage bytes"),
+        Constraint("tail_sync_only_for_the_staged_store",
+                   lambda g: _implies(g["store"] != "tma", g["tail_sync"] == "syncthreads"),
+                   "the direct stores have no rendezvous: tail_sync = syncthreads unless store = tma"),
+    ],
+)
+
+SEED = SPACE.genome(dict(block_n=128, consumers=1, m_tiles=1, stages=2, wgmma_depth=1, store="tma",
+                         tail_sync="syncthreads", blocks_per_sm=1))
+
+
+def _wgmma_wrapper(n: int) -> str:
+    """wgmma m64n{n}k16, bf16 x bf16 -> fp32, both operands from shared memory (K-major), D += A B."""
+    outputs = ", ".join(f"%{i}" for i in range(n // 2))
+    constraints = ", ".join(f'"+f"(d[{i}])' for i in range(n // 2))
+    return (f"__device__ __forceinline__ void wgmma_bf16(float (&d)[{n // 2}], uint64_t a, uint64_t b) {{\n"
+            f'    asm volatile("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{outputs}}}, '
+            f'%{n // 2}, %{n // 2 + 1}, 1, 1, 1, 0, 0;"\n'
+            f'                 : {constraints}\n                 : "l"(a), "l"(b));\n}}\n')
+
+
+def vit_shape(name: str, batch: int, patches: int, n: int, k: int, *, mission: bool = False) -> ProblemShape:
+    return shape(name, m=batch * patches, n=n, k=k, p=patches, mission=mission)
+
+
+class VitGemm(KernelFamily):
+    name = "vit_gemm"
+    description = "bf16 GEMM + bias + positional embedding (ViT patch embedding), C = A W^T + bias + pos"
+    device = "cuda"
+    space = SPACE
+    seed_genomes = (SEED,)
+    shapes = (
+        vit_shape("vit_b16_batch256", 256, 196, 768, 768, mission=True),
+        vit_shape("vit_l16_batch256", 256, 196, 1024, 768),
+        vit_shape("vit_b16_batch8", 8, 196, 768, 768),
+        vit_shape("ragged", 5, 197, 712, 768),  # M = 985 and N = 712: multiples of no tile
+    )
+    # bf16 output (8 bits of mantissa) of values of a few units: rounding errors up to ~0.03
+    tolerance = Tolerance(max_abs=0.08, max_rel_l2=1e-2)
+    anchor_name = "cuBLAS matmul alone (torch a @ w.t(), bf16)"
+    timing = TimingPlan(warmup=5, min_runs=20, max_runs=200, min_seconds=0.05)
+
+    def build_recipe(self, genome) -> BuildRecipe:
+        g = genome.as_dict()
+        macros = dict(BLOCK_N=g["block_n"], CONSUMERS=g["consumers"], M_TILES=g["m_tiles"], STAGES=g["stages"],
+                      STORE=STORES.index(g["store"]), TAIL_SYNC=TAIL_SYNCS.index(g["tail_sync"]),
+                      WGMMA_DEPTH=g["wgmma_depth"], BLOCKS_PER_SM=g["blocks_per_sm"])
+        flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
+            f"-D{k}={v}" for k, v in sorted(macros.items()))
+        text = SOURCE.read_text()
+        include_end = text.index("#include <stdint.h>") + len("#include <stdint.h>\n")
+        source = (f'#line 1 "vit_gemm.cu"\n{text[:include_end]}{_wgmma_wrapper(g["block_n"])}'
+                  f'#line {text[:include_end].count(chr(10)) + 1} "vit_gemm.cu"\n{text[include_end:]}')
+        return BuildRecipe(source, "vit_gemm.cu", "nvcc", flags, "cubin")
+
+    def check_shape(self, shape: ProblemShape) -> None:
+        if shape["n"] % 8 or shape["k"] % 8:
+            raise ValueError("vit_gemm needs N and K multiples of 8 (16-byte rows for the TMA)")
+        if shape["m"] % shape["p"]:
+            raise ValueError("vit_gemm needs M = batch * patches")
+
+    def make_inputs(self, shape: ProblemShape, generator):
+        import torch
+
+        self.check_shape(shape)
+        m, n, k, p = shape["m"], shape["n"], shape["k"], shape["p"]
+        options = dict(generator=generator, device="cuda")
+        a = torch.randn(m, k, **options).to(torch.bfloat16)
+        w = (torch.randn(n, k, **options) / k ** 0.5).to(torch.bfloat16)
+        bias = torch.randn(n, **options)
+        pos = torch.randn(p, n, **options)
+        # the eager anchors add bias and pos as a model keeping its parameters in bf16 would
+        return a, w, bias, pos, bias.to(torch.bfloat16), pos.to(torch.bfloat16)
+
+    def make_output(self, shape: ProblemShape):
+        import torch
+
+        return torch.empty(shape["m"], shape["n"], device="cuda", dtype=torch.bfloat16)
+
+    def reference(self, shape: ProblemShape, inputs):
+        a, w, bias, pos = inputs[:4]
+        out = a.float() @ w.float().t() + bias
+        return (out.view(-1, shape["p"], shape["n"]) + pos).view(shape["m"], shape["n"])
+
+    def load(self, artifact: Path, genome):
+        from seeds._cuda import CudaModule
+
+        module = CudaModule(artifact)
+        planned = module.read_ints("vit_gemm_shared_bytes", 1)[0]
+        if planned != shared_bytes(genome):
+            raise RuntimeError(f"the kernel plans {planned} bytes of shared memory, the spec {shared_bytes(genome)}: "
+                               "vit_gemm.cu and spec.py disagree")
+        kernel = module.kernel("vit_gemm")
+        kernel.set_max_dynamic_shared(planned)
+        return kernel, genome.as_dict(), {}
+
+    def launch(self, kernel, shape: ProblemShape, inputs, output) -> None:
+        from seeds._cuda import matrix_map, ptr
+
+        function, g, maps = kernel
+        a, w, bias, pos = inputs[:4]
+        m, n, k = shape["m"], shape["n"], shape["k"]
+        key = (a.data_ptr(), w.data_ptr(), output.data_ptr(), m, n, k)
+        if key not in maps:  # encoding a tensor map is host work: once per set of buffers
+            maps.clear()
+            maps[key] = (matrix_map(a, 64, block_m(g), swizzled=True), matrix_map(w, 64, g["block_n"], swizzled=True),
+                         matrix_map(output, g["block_n"], block_m(g), swizzled=False))
+        grid = ((n + g["block_n"] - 1) // g["block_n"], (m + block_m(g) - 1) // block_m(g))
+        function.launch(grid, (128 * (g["consumers"] + 1),),
+                        [*maps[key], ptr(bias), ptr(pos), ptr(output), ctypes.c_int(m), ctypes.c_int(n),
+                         ctypes.c_int(k), ctypes.c_int(shape["p"])],
+                        shared_bytes=shared_bytes(g))
+
+    def anchor(self, shape: ProblemShape, inputs):
+        a, w = inputs[:2]
+        return a @ w.t()
+
+    def secondary_anchors(self):
+        return {"eager PyTorch (matmul, then + bias and + pos in bf16)": self._eager,
+                "torch.compile of the same expression": self._compiled}
+
+    @staticmethod
+    def _eager(shape: ProblemShape, inputs):
+        a, w, bias16, pos16 = inputs[0], inputs[1], inputs[4], inputs[5]
+        out = a @ w.t() + bias16
+        return (out.view(-1, shape["p"], shape["n"]) + pos16).view(shape["m"], shape["n"])
+
+    def _compiled(self, shape: ProblemShape, inputs):
+        import torch
+
+        if not hasattr(self, "_compiled_eager"):
+            self._compiled_eager = torch.compile(self._eager, dynamic=False)
+        return self._compiled_eager(shape, inputs)
+
+    def flops(self, shape: ProblemShape) -> float:
+        return 2.0 * shape["m"] * shape["n"] * shape["k"]
+
+    def bytes_moved(self, shape: ProblemShape) -> float:
+        return 2.0 * (shape["m"] * shape["k"] + shape["n"] * shape["k"] + shape["m"] * shape["n"]) + \
+            4.0 * (shape["n"] + shape["p"] * shape["n"])
+
+
+FAMILY = VitGemm()
