@@ -6,6 +6,7 @@ new database at the newest schema, and refuses an older schema with the command 
 
 from __future__ import annotations
 
+import fcntl
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,12 +16,13 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, event, inspect
+from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+_SCHEMA_LOCK_KEY = 0x65766F  # "evo": the PostgreSQL advisory lock held while a schema is created
 DEFAULT_DB = "evo.db"
 
 
@@ -146,18 +148,23 @@ class Database:
         return before, self.head_revision()
 
     def open(self, *, create: bool = True) -> "Database":
-        """Connect; create the schema in an empty database; refuse an outdated one."""
+        """Connect; create the schema in an empty database; refuse an outdated one.
+
+        Two processes opening one new database at once (two searches started together) must not
+        both create the schema: the look and the creation happen under a lock that spans processes.
+        """
         if not create and self.is_empty_file():
             raise SchemaError(f"database {self.description} is empty: no evo run has been stored in it")
-        with self._reporting_connection_errors(), self.engine.connect() as connection:
-            tables = set(inspect(connection).get_table_names())
-            current = MigrationContext.configure(connection).get_current_revision()
-        head = self.head_revision()
-        if current is None and not (tables - {"alembic_version"}):
-            if not create:
-                raise SchemaError(f"database {self.description} is empty: no evo run has been stored in it")
-            self.upgrade()
-            return self
+        with self._reporting_connection_errors(), self._schema_lock(exclusive=create):
+            with self.engine.connect() as connection:
+                tables = set(inspect(connection).get_table_names())
+                current = MigrationContext.configure(connection).get_current_revision()
+            head = self.head_revision()
+            if current is None and not (tables - {"alembic_version"}):
+                if not create:
+                    raise SchemaError(f"database {self.description} is empty: no evo run has been stored in it")
+                self.upgrade()
+                return self
         if current is None:
             raise SchemaError(f"database {self.description} has tables but no evo schema version")
         if current != head:
@@ -165,6 +172,34 @@ class Database:
                 f"database {self.description} has schema revision {current}, this evo needs {head}: "
                 f"run `evo db upgrade --db <url>` (back up the file first)")
         return self
+
+    @contextmanager
+    def _schema_lock(self, *, exclusive: bool) -> Iterator[None]:
+        """Held while the schema is looked at and, in a new database, created.
+
+        SQLite: ``flock`` on the database file (independent of SQLite's own fcntl locks; SQLite's DDL
+        is not one transaction, so another process could otherwise see half a schema). PostgreSQL: a
+        session advisory lock. A reader that may not create anything takes no lock.
+        """
+        if not exclusive:
+            yield
+        elif is_sqlite_file(self.url):
+            with open(self.url.database, "ab") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(handle, fcntl.LOCK_UN)
+        elif self.url.get_backend_name() == "postgresql":
+            with self.engine.connect() as connection:
+                connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
+                try:
+                    yield
+                finally:
+                    connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _SCHEMA_LOCK_KEY})
+                    connection.commit()
+        else:
+            yield
 
     def dispose(self) -> None:
         if self._engine is not None:

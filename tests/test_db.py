@@ -1,3 +1,4 @@
+import multiprocessing
 import sqlite3
 
 import pytest
@@ -47,6 +48,29 @@ def test_outdated_schema_is_refused_with_the_upgrade_command(database_url):
     database.dispose()
     with pytest.raises(SchemaError, match="evo db upgrade"):
         Database(resolve_url(database_url)).open()
+
+
+def _open_after(barrier, url, outcomes):
+    barrier.wait()
+    try:
+        Database(resolve_url(url)).open()
+        outcomes.put("ok")
+    except Exception as exc:  # reported to the test, which shows it
+        outcomes.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_processes_opening_one_new_database_at_once_create_the_schema_once(database_url):
+    """Two searches started together on a new database (CI caught `table ... already exists`)."""
+    context = multiprocessing.get_context("spawn")
+    barrier, outcomes = context.Barrier(6), context.Queue()
+    processes = [context.Process(target=_open_after, args=(barrier, database_url, outcomes)) for _ in range(6)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(120)
+    assert sorted(outcomes.get(timeout=5) for _ in processes) == ["ok"] * 6
+    database = Database(resolve_url(database_url)).open(create=False)
+    assert database.current_revision() == database.head_revision()
 
 
 def test_foreign_tables_without_a_version_are_refused(tmp_path):
