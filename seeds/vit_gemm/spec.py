@@ -10,9 +10,10 @@ shared memory, and the epilogue's store path as knobs (see the source's header).
 from __future__ import annotations
 
 import ctypes
+import functools
 from pathlib import Path
 
-from kernel_genome import Choice, Constraint, IntRange, PowerOfTwo, Space
+from kernel_genome import Boolean, Choice, Constraint, IntRange, PowerOfTwo, Space
 from seeds._family import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance, shape
 
 HERE = Path(__file__).parent
@@ -20,12 +21,23 @@ SOURCE = HERE / "vit_gemm.cu"
 SMEM_LIMIT = 227 * 1024  # one block
 SMEM_PER_SM = 228 * 1024  # all the blocks of an SM (each also reserves 1 KiB for the system)
 REGISTER_MARGIN = 24  # registers a consumer thread needs beside its accumulators (descriptors, loop, addresses)
+PRODUCER_REGS = 40  # what the producer warpgroup keeps with setmaxnreg (PRODUCER_REGS in vit_gemm.cu)
 STORES = ("tma", "direct4", "direct16")
-TAIL_SYNCS = ("syncthreads", "named_barrier")
+SCHEDULES = ("cooperative", "pingpong")
+RASTERS = ("along_n", "along_m")
+TILE_SYNCS = ("syncthreads", "local")
+EPILOGUE_READS = ("fragment", "rowwise")
+ROWWISE_STRIDE = 64 + 8  # floats a row of the fp32 staging (ROWWISE_STRIDE in vit_gemm.cu)
+
+
+def wg_rows(g) -> int:
+    """Rows of C one consumer warpgroup owns."""
+    return 64 * g["m_tiles"]
 
 
 def block_m(g) -> int:
-    return 64 * g["m_tiles"] * g["consumers"]
+    """Rows of a tile: the consumers share one (cooperative) or each has its own (ping-pong)."""
+    return wg_rows(g) * (g["consumers"] if g["schedule"] == "cooperative" else 1)
 
 
 def stage_bytes(g) -> int:
@@ -33,16 +45,45 @@ def stage_bytes(g) -> int:
     return (block_m(g) + g["block_n"]) * 64 * 2
 
 
+def staging_bytes(g) -> int:
+    """Every consumer's staging: the row-wise epilogue's fp32 chunk (wg_rows x ROWWISE_STRIDE), or the
+    TMA store's epi_depth slots of wg_rows x 64 bf16, or nothing."""
+    if g["epilogue_reads"] == "rowwise":
+        return g["consumers"] * wg_rows(g) * ROWWISE_STRIDE * 4
+    return g["consumers"] * g["epi_depth"] * wg_rows(g) * 64 * 2 if g["store"] == "tma" else 0
+
+
+def prefetch_bytes(g) -> int:
+    """The prefetched pos: one 64-column chunk of fp32 a consumer."""
+    return g["consumers"] * wg_rows(g) * 64 * 4 if g["operand_prefetch"] else 0
+
+
 def shared_bytes(g) -> int:
     """Dynamic shared memory of a block; mirrors SHARED_BYTES in vit_gemm.cu."""
-    return g["stages"] * stage_bytes(g) + 2 * g["stages"] * 8 + 1024
+    barriers = (2 * g["stages"] + 2 * g["consumers"]) * 8
+    return g["stages"] * stage_bytes(g) + staging_bytes(g) + prefetch_bytes(g) + barriers + 1024
 
 
-def register_cap(g) -> int:
-    """Registers a thread may use: the register file over the threads of blocks_per_sm blocks, in
-    ptxas's steps of 8, at most 255 (what __launch_bounds__(threads, blocks_per_sm) imposes)."""
+def launch_registers(g) -> int:
+    """Registers a thread gets at launch: the register file over the threads of blocks_per_sm
+    blocks, in ptxas's steps of 8, at most 255 (what __launch_bounds__(threads, blocks_per_sm) imposes)."""
     threads = 128 * (g["consumers"] + 1) * g["blocks_per_sm"]
     return min(255, 65536 // threads // 8 * 8)
+
+
+def consumer_registers(g) -> int:
+    """A consumer thread's registers: the launch bound's, or with setmaxnreg those plus its share of
+    what the producer warpgroup gives back (setmaxnreg takes multiples of 8, at most 256)."""
+    start = launch_registers(g)
+    if not g["setmaxnreg"]:
+        return start
+    return min(240, (start + (start - PRODUCER_REGS) // g["consumers"]) // 8 * 8)
+
+
+def operand_registers(g) -> int:
+    """Registers holding one chunk's bias and pos (ChunkOperands in vit_gemm.cu), twice when loaded ahead."""
+    one = 4 + wg_rows(g) // 8 * 4 if g["epilogue_reads"] == "rowwise" else 16 + 32 * g["m_tiles"]
+    return one * (2 if g["operands_ahead"] else 1)
 
 
 def _implies(condition: bool, consequence: bool) -> bool:
@@ -53,41 +94,70 @@ SPACE = Space(
     [
         PowerOfTwo("block_n", 64, 256, description="tile columns = wgmma N"),
         PowerOfTwo("consumers", 1, 2, description="consumer warpgroups (each beside one producer warpgroup)"),
-        PowerOfTwo("m_tiles", 1, 2, description="m64 wgmma tiles a consumer warpgroup owns (tile rows = 64 x m_tiles x consumers)"),
+        PowerOfTwo("m_tiles", 1, 2, description="m64 wgmma tiles a consumer warpgroup owns"),
         IntRange("stages", 2, 6, description="TMA pipeline stages of 64-deep K slices"),
-        Choice("store", STORES, description="epilogue store: staged in shared memory + TMA store | st.global "
-                                            "4 bytes a lane from the accumulators | 16 bytes a lane after a quad transpose"),
+        Choice("schedule", SCHEDULES, description="the consumers share one tile | each has its own and they take "
+                                                  "turns at the tensor cores (one's epilogue under the other's main loop)"),
+        Boolean("persistent", description="one block per SM slot looping over the tiles, its producer loading the next "
+                                          "tile during the epilogue | one block a tile"),
+        Choice("raster", RASTERS, description="tile order: along N (a row band's tiles together, A shared in L2) | along M"),
+        Choice("tile_sync", TILE_SYNCS, description="after each tile: the whole block meets at __syncthreads | no "
+                                                    "block-wide barrier (ring mbarriers, per-consumer barriers only)"),
         IntRange("wgmma_depth", 1, 2, description="wgmma groups in flight: 1 waits for each K slice before releasing "
                                                    "its stage, 2 releases the previous slice's stage while this one runs"),
-        PowerOfTwo("blocks_per_sm", 1, 2, description="blocks sharing an SM (the register cap of __launch_bounds__), "
-                                                      "so that one block's epilogue overlaps another's main loop"),
-        Choice("tail_sync", TAIL_SYNCS, description="staged store's rendezvous: whole-block __syncthreads | "
-                                                    "named barrier of the consumer warpgroups only"),
+        Choice("store", STORES, description="epilogue store: 64-column chunks staged in shared memory + TMA store | "
+                                            "st.global 4 bytes a lane | 16 bytes a lane after a quad transpose"),
+        Choice("epilogue_reads", EPILOGUE_READS,
+               description="bias and pos read in the accumulators' layout (column pairs across 8 rows) | the chunk "
+                           "staged in fp32 in shared memory and finished row by row, 16 bytes a lane along lines"),
+        Boolean("operand_prefetch", description="pos copied into shared memory during the main loop by the producer "
+                                                "warpgroup's idle warps (cp.async) | read by the consumer in its epilogue"),
+        Boolean("operands_ahead", description="bias and pos of chunk 0 loaded while the tile's last wgmma runs and "
+                                              "each next chunk's before this one is finished | each chunk's just before it"),
+        IntRange("epi_depth", 1, 3, description="staging slots of the TMA store: 1 converts a chunk once the previous "
+                                                 "chunk's store has read the slot, 2-3 overlap conversion and stores"),
+        Boolean("setmaxnreg", description="the producer hands registers to the consumers (setmaxnreg)"),
+        PowerOfTwo("blocks_per_sm", 1, 2, description="blocks sharing an SM (the register cap of __launch_bounds__)"),
     ],
     [
         Constraint("accumulators_fit_registers",
-                   lambda g: g["m_tiles"] * g["block_n"] // 2 + REGISTER_MARGIN <= register_cap(g),
-                   f"a consumer thread's fp32 accumulators, m_tiles * block_n / 2, plus {REGISTER_MARGIN} fit the "
-                   "register cap: 65536 / (threads * blocks_per_sm), in steps of 8, at most 255 (ptxas cannot "
-                   "assemble a wgmma whose accumulators do not fit; the screen drops those that spill)"),
+                   lambda g: g["m_tiles"] * g["block_n"] // 2 + operand_registers(g) + REGISTER_MARGIN
+                   <= consumer_registers(g),
+                   f"a consumer thread's fp32 accumulators, m_tiles * block_n / 2, the bias and pos of one chunk (two "
+                   f"when loaded ahead), plus {REGISTER_MARGIN} fit its "
+                   "registers: 65536 / (threads * blocks_per_sm) in steps of 8, at most 255, plus with setmaxnreg its "
+                   f"share of what the producer gives back above {PRODUCER_REGS} (ptxas cannot assemble a wgmma whose "
+                   "accumulators do not fit)"),
         Constraint("shared_memory_fits", lambda g: shared_bytes(g) <= SMEM_LIMIT,
-                   f"stages * (block_m + block_n) * 128 bytes (+ barriers) <= {SMEM_LIMIT}"),
+                   f"stages * (block_m + block_n) * 128 bytes + staging slots (+ barriers) <= {SMEM_LIMIT}"),
         Constraint("blocks_fit_an_sm",
                    lambda g: g["blocks_per_sm"] * (shared_bytes(g) + 1024) <= SMEM_PER_SM,
-                   f"blocks_per_sm * (shared bytes + 1 KiB) <= {SMEM_PER_SM}: the blocks meant to share an SM fit its "
-                   "shared memory"),
-        Constraint("staged_tile_fits_the_stages",
-                   lambda g: _implies(g["store"] == "tma", block_m(g) * g["block_n"] * 2 <= g["stages"] * stage_bytes(g)),
-                   "the TMA store stages the C tile in the pipeline's shared memory: block_m * block_n * 2 bytes "
-                   "must fit in stages * stage bytes"),
-        Constraint("tail_sync_only_for_the_staged_store",
-                   lambda g: _implies(g["store"] != "tma", g["tail_sync"] == "syncthreads"),
-                   "the direct stores have no rendezvous: tail_sync = syncthreads unless store = tma"),
+                   f"blocks_per_sm * (shared bytes + 1 KiB) <= {SMEM_PER_SM}"),
+        Constraint("pingpong_needs_two_consumers",
+                   lambda g: _implies(g["schedule"] == "pingpong", g["consumers"] == 2),
+                   "ping-pong alternates two consumer warpgroups"),
+        Constraint("staging_slots_only_for_the_tma_store",
+                   lambda g: _implies(g["store"] != "tma", g["epi_depth"] == 1),
+                   "epi_depth counts the TMA store's staging slots: 1 for the direct stores"),
+        Constraint("rowwise_stores_along_rows",
+                   lambda g: _implies(g["epilogue_reads"] == "rowwise", g["store"] == "direct16"),
+                   "the row-wise epilogue stores 16 bytes a lane along the rows: store = direct16"),
+        Constraint("prefetch_beside_a_free_running_producer",
+                   lambda g: _implies(g["operand_prefetch"], g["tile_sync"] == "local" and not g["operands_ahead"]
+                                      and g["epilogue_reads"] == "fragment"),
+                   "the prefetching warps keep one chunk a consumer and meet no block-wide barrier: operand_prefetch "
+                   "needs tile_sync = local, operands_ahead off and the fragment epilogue"),
+        Constraint("raster_only_matters_when_persistent",
+                   lambda g: _implies(not g["persistent"], g["raster"] == "along_n"),
+                   "one block a tile launches the tiles in along-N order"),
     ],
 )
 
-SEED = SPACE.genome(dict(block_n=128, consumers=1, m_tiles=1, stages=2, wgmma_depth=1, store="tma",
-                         tail_sync="syncthreads", blocks_per_sm=1))
+SEED = SPACE.genome(dict(block_n=128, consumers=1, m_tiles=1, stages=2, schedule="cooperative", persistent=False,
+                         raster="along_n", tile_sync="syncthreads", wgmma_depth=1, store="tma", epilogue_reads="fragment", operand_prefetch=False,
+                         operands_ahead=False,
+                         epi_depth=1,
+                         setmaxnreg=False, blocks_per_sm=1))
 
 
 def _wgmma_wrapper(n: int) -> str:
@@ -102,6 +172,13 @@ def _wgmma_wrapper(n: int) -> str:
 
 def vit_shape(name: str, batch: int, patches: int, n: int, k: int, *, mission: bool = False) -> ProblemShape:
     return shape(name, m=batch * patches, n=n, k=k, p=patches, mission=mission)
+
+
+@functools.cache
+def _multiprocessors() -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
 
 
 class VitGemm(KernelFamily):
@@ -124,8 +201,12 @@ class VitGemm(KernelFamily):
     def build_recipe(self, genome) -> BuildRecipe:
         g = genome.as_dict()
         macros = dict(BLOCK_N=g["block_n"], CONSUMERS=g["consumers"], M_TILES=g["m_tiles"], STAGES=g["stages"],
-                      STORE=STORES.index(g["store"]), TAIL_SYNC=TAIL_SYNCS.index(g["tail_sync"]),
-                      WGMMA_DEPTH=g["wgmma_depth"], BLOCKS_PER_SM=g["blocks_per_sm"])
+                      SCHEDULE=SCHEDULES.index(g["schedule"]), RASTER=RASTERS.index(g["raster"]),
+                      TILE_SYNC=TILE_SYNCS.index(g["tile_sync"]), WGMMA_DEPTH=g["wgmma_depth"],
+                      STORE=STORES.index(g["store"]), EPILOGUE_READS=EPILOGUE_READS.index(g["epilogue_reads"]),
+                      OPERANDS_AHEAD=int(g["operands_ahead"]), OPERAND_PREFETCH=int(g["operand_prefetch"]),
+                      EPI_DEPTH=g["epi_depth"], SETMAXNREG=int(g["setmaxnreg"]),
+                      CONSUMER_REGS=consumer_registers(g), BLOCKS_PER_SM=g["blocks_per_sm"])
         flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
             f"-D{k}={v}" for k, v in sorted(macros.items()))
         text = SOURCE.read_text()
@@ -185,9 +266,10 @@ class VitGemm(KernelFamily):
         if key not in maps:  # encoding a tensor map is host work: once per set of buffers
             maps.clear()
             maps[key] = (matrix_map(a, 64, block_m(g), swizzled=True), matrix_map(w, 64, g["block_n"], swizzled=True),
-                         matrix_map(output, g["block_n"], block_m(g), swizzled=False))
-        grid = ((n + g["block_n"] - 1) // g["block_n"], (m + block_m(g) - 1) // block_m(g))
-        function.launch(grid, (128 * (g["consumers"] + 1),),
+                         matrix_map(output, 64, wg_rows(g), swizzled=True))
+        tiles = -(-m // block_m(g)) * -(-n // g["block_n"])
+        blocks = min(tiles, _multiprocessors() * g["blocks_per_sm"]) if g["persistent"] else tiles
+        function.launch((blocks,), (128 * (g["consumers"] + 1),),
                         [*maps[key], ptr(bias), ptr(pos), ptr(output), ctypes.c_int(m), ctypes.c_int(n),
                          ctypes.c_int(k), ctypes.c_int(shape["p"])],
                         shared_bytes=shared_bytes(g))
