@@ -177,19 +177,22 @@ class Database:
     def _schema_lock(self, *, exclusive: bool) -> Iterator[None]:
         """Held while the schema is looked at and, in a new database, created.
 
-        SQLite: ``flock`` on the database file (independent of SQLite's own fcntl locks; SQLite's DDL
-        is not one transaction, so another process could otherwise see half a schema). PostgreSQL: a
+        SQLite: ``flock`` on the database's directory (SQLite's DDL is not one transaction, so another
+        process could otherwise see half a schema). PostgreSQL: a
         session advisory lock. A reader that may not create anything takes no lock.
         """
         if not exclusive:
             yield
         elif is_sqlite_file(self.url):
-            with open(self.url.database, "ab") as handle:
-                fcntl.flock(handle, fcntl.LOCK_EX)
-                try:
-                    yield
-                finally:
-                    fcntl.flock(handle, fcntl.LOCK_UN)
+            # the lock is on the file's directory: opening and closing the database file itself in this
+            # process would drop SQLite's own POSIX locks on it (closing any descriptor of a file
+            # releases all of the process's fcntl locks on that file), and a lock file would be litter
+            directory = os.open(Path(self.url.database).parent, os.O_RDONLY)
+            try:
+                fcntl.flock(directory, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(directory)  # releases the flock
         elif self.url.get_backend_name() == "postgresql":
             with self.engine.connect() as connection:
                 connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
