@@ -3,8 +3,9 @@
 C[b * P + p, n] = bf16(sum_k A[b * P + p, k] * W[n, k] + bias[n] + pos[p, n]), A bf16 [M, K],
 W bf16 [N, K] (K-major, as nn.Linear and the patch convolution keep it), bias fp32 [N], pos fp32
 [P, N], fp32 accumulation. One CUDA source (vit_gemm.cu): TMA loads into a ring of stages on
-mbarriers, a producer warpgroup and one or two consumer warpgroups multiplying with wgmma from
-shared memory, and the epilogue's store path as knobs (see the source's header).
+mbarriers, a producer warpgroup and one or two consumer warpgroups (sharing a tile, or ping-pong)
+multiplying with wgmma from shared memory, a persistent tile loop, and the epilogue's reads, prefetch
+and store path as knobs (see the source's header).
 """
 
 from __future__ import annotations
