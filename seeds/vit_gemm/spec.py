@@ -74,7 +74,7 @@ def launch_registers(g) -> int:
 
 def consumer_registers(g) -> int:
     """A consumer thread's registers: the launch bound's, or with setmaxnreg those plus its share of
-    what the producer warpgroup gives back (setmaxnreg takes multiples of 8, at most 256)."""
+    what the producer warpgroup gives back (setmaxnreg takes multiples of 8; capped here at 240)."""
     start = launch_registers(g)
     if not g["setmaxnreg"]:
         return start
