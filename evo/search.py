@@ -8,6 +8,7 @@ finishes, so a killed search resumes without losing or repeating a finished eval
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,20 +41,22 @@ class SearchConfig:
     seed: int = 0
     trials: int = 3
     build_timeout_s: float = 120.0
-    eval_timeout_s: float = 300.0
+    eval_timeout_s: float = 300.0  # the watchdog's hard cap on one evaluation
+    watchdog_factor: float = 20.0  # the watchdog: this many times the evaluator's anchor pass (at least 5 s)
     cache_dir: str | None = None
     gate_rounds: int = 10  # the hard gate: re-verify + re-time this many times before the target counts
 
 
     def __post_init__(self) -> None:
         positive = {"population": self.population, "trials": self.trials,
-                    "build_timeout_s": self.build_timeout_s, "eval_timeout_s": self.eval_timeout_s}
+                    "build_timeout_s": self.build_timeout_s, "eval_timeout_s": self.eval_timeout_s,
+                    "watchdog_factor": self.watchdog_factor}
         if self.budget is not None:
             positive["budget"] = self.budget
         if self.time_budget_s is not None:
             positive["time_budget_s"] = self.time_budget_s
         for name, value in positive.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
         if self.budget is None and self.time_budget_s is None and self.target is None:
             raise ValueError("a search needs a budget, a time budget or a target to stop at")
@@ -166,7 +169,7 @@ class Search:
         cache = Path(self.config.cache_dir) if self.config.cache_dir else default_cache_dir()
         pipeline = Pipeline(self.family, PipelineConfig(
             BuildConfig(cache, self.config.build_timeout_s), EvalConfig(self.config.trials),
-            eval_timeout_s=self.config.eval_timeout_s))
+            eval_timeout_s=self.config.eval_timeout_s, watchdog_factor=self.config.watchdog_factor))
         status = None
         try:
             self._submit(pipeline, first_batch)

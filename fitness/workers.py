@@ -30,18 +30,34 @@ from seeds import KernelFamily, get_family
 
 @dataclass(frozen=True)
 class PipelineConfig:
+    """``eval_timeout_s`` is the watchdog's hard cap on one candidate's verify + benchmark; below it
+    the watchdog is ``watchdog_factor`` times the wall time the evaluator took to time the anchor on
+    every shape (a whole evaluation's work for a kernel as fast as the anchor), never less than
+    ``watchdog_min_s``: a hung kernel costs seconds, not the cap."""
+
     build: BuildConfig
     evaluation: EvalConfig = EvalConfig()
-    eval_timeout_s: float = 300.0  # one candidate's verify + benchmark, after its anchor is known
+    eval_timeout_s: float = 300.0
+    watchdog_factor: float = 20.0
+    watchdog_min_s: float = 5.0
     anchor_timeout_s: float = 600.0
     evaluators: int | None = None  # None: one per GPU (CUDA families), one (CPU families)
 
     def __post_init__(self) -> None:
-        for name in ("eval_timeout_s", "anchor_timeout_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("eval_timeout_s", "watchdog_factor", "watchdog_min_s", "anchor_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
         if self.evaluators is not None and self.evaluators < 1:
             raise ValueError(f"evaluators must be at least 1, got {self.evaluators}")
+
+    def watchdog_s(self, anchor_pass_s: float) -> float:
+        """How long one evaluation may run on an evaluator whose anchor pass took ``anchor_pass_s``."""
+        return min(self.eval_timeout_s, max(self.watchdog_min_s, self.watchdog_factor * anchor_pass_s))
+
+    def describe_watchdog(self, anchor_pass_s: float) -> str:
+        return (f"{self.watchdog_s(anchor_pass_s):.3g} s ({self.watchdog_factor:g} x the anchor's "
+                f"{anchor_pass_s:.3g} s pass, at least {self.watchdog_min_s:g} s, at most {self.eval_timeout_s:g} s)")
 
 
 @dataclass(frozen=True)
@@ -74,8 +90,10 @@ class EvaluatorActor:
         return self.evaluator.describe()
 
     def anchor(self):
-        """(the anchor's timings, {secondary anchor: timings}), every shape, timed in this process."""
-        return self.evaluator.anchor_timings(), self.evaluator.secondary_anchor_timings()
+        """(the anchor's timings, {secondary anchor: timings}, seconds the anchor's pass took), every
+        shape, timed in this process."""
+        anchor = self.evaluator.anchor_timings()
+        return anchor, self.evaluator.secondary_anchor_timings(), self.evaluator.anchor_pass_s
 
     def evaluate(self, genome_json: str, build: BuildResult, screened: ScreenResult) -> EvalResult:
         genome = self.evaluator.family.space.genome_from_json(genome_json)
@@ -107,6 +125,7 @@ class _Slot:
     job: _Job | None = None
     job_ref: object | None = None
     job_started: float = 0.0
+    anchor_pass_s: float | None = None  # known once the anchor is timed; the watchdog derives from it
     hardware: dict = field(default_factory=dict)
 
 
@@ -161,7 +180,7 @@ class Pipeline:
         self._ray.kill(slot.actor, no_restart=True)
         fresh = self._new_slot()
         slot.actor, slot.anchor_ref, slot.anchor_started = fresh.actor, fresh.anchor_ref, fresh.anchor_started
-        slot.anchor_attempt, slot.job, slot.job_ref = 0, None, None
+        slot.anchor_attempt, slot.job, slot.job_ref, slot.anchor_pass_s = 0, None, None, None
 
     # -- public API ---------------------------------------------------------------------------
     def submit(self, genomes: Sequence[Genome]) -> None:
@@ -212,7 +231,7 @@ class Pipeline:
                 self._step(0.5)
             slot = idle[0]
             ref = slot.actor.gate.remote(genome.to_json(), build, target_s, rounds)
-            limit = self.config.eval_timeout_s * rounds
+            limit = self._watchdog_s(slot) * rounds
             ready, _ = self._ray.wait([ref], timeout=limit)
             if not ready:
                 self._replace(slot)
@@ -284,9 +303,10 @@ class Pipeline:
         ready, _ = ray.wait([slot.anchor_ref], timeout=0)
         if ready:
             try:
-                anchor, secondary = ray.get(slot.anchor_ref)
+                anchor, secondary, slot.anchor_pass_s = ray.get(slot.anchor_ref)
                 slot.hardware = {**ray.get(slot.actor.describe.remote()), "anchor": anchor,
-                                 "secondary_anchors": to_jsonable(secondary)}
+                                 "secondary_anchors": to_jsonable(secondary),
+                                 "watchdog": self.config.describe_watchdog(slot.anchor_pass_s)}
             except ray.exceptions.RayActorError as exc:
                 if slot.anchor_attempt:
                     raise RuntimeError(f"the evaluator died twice timing the anchor: {_short(exc)}") from exc
@@ -324,11 +344,15 @@ class Pipeline:
             if result.status is Status.CRASHED:
                 self._replace(slot)  # a kernel fault that may have poisoned the CUDA context
             self._finish(job.genome, result)
-        elif time.monotonic() - started > self.config.eval_timeout_s:
-            result = self._failure(job, Status.TIMEOUT,
-                                   f"no result after {self.config.eval_timeout_s:g} s; evaluator killed", started)
+        elif time.monotonic() - started > self._watchdog_s(slot):
+            watchdog = self.config.describe_watchdog(slot.anchor_pass_s)
+            result = self._failure(job, Status.TIMEOUT, f"no result within the watchdog's {watchdog}; evaluator killed",
+                                   started)
             self._replace(slot)
             self._finish(job.genome, result)
+
+    def _watchdog_s(self, slot: _Slot) -> float:
+        return self.config.watchdog_s(slot.anchor_pass_s) if slot.anchor_pass_s is not None else self.config.eval_timeout_s
 
     def _failure(self, job: _Job, status: Status, message: str, started: float) -> EvalResult:
         stages = StageSeconds(build=job.build.seconds, screen=job.screened.seconds,

@@ -57,6 +57,8 @@ def test_bad_flags(argv, expected, capsys, tmp_path):
     ("[search\nfamily=1", "is not valid TOML"),
     ("[search]\nfamily = \"cpu_gemm\"\n[strategy]\nelitism = 3\n", "no option 'elitism'"),
     ("[search]\nfamily = \"cpu_gemm\"\ntime_budget = \"-5m\"\n", "time_budget"),
+    ("[search]\nfamily = \"cpu_gemm\"\nwatchdog_factor = nan\n", "watchdog_factor must be a positive number"),
+    ("[search]\nfamily = \"cpu_gemm\"\nwatchdog_factor = 0\n", "watchdog_factor must be a positive number"),
 ])
 def test_bad_experiment_files(text, expected, capsys, tmp_path):
     experiment = tmp_path / "bad.toml"
@@ -143,7 +145,8 @@ toml_values = st.one_of(st.integers(-5, 10**6), st.text(max_size=6), st.booleans
 
 @settings(max_examples=150, deadline=None)
 @given(st.dictionaries(st.sampled_from(["family", "budget", "target", "population", "seed", "trials", "time_budget",
-                                        "strategy", "bogus", "eval_timeout"]), toml_values, max_size=5))
+                                        "strategy", "bogus", "eval_timeout", "watchdog_factor"]), toml_values,
+                          max_size=5))
 def test_malformed_experiments_only_raise_value_error(tmp_path_factory, search):
     import json
 

@@ -77,3 +77,24 @@ def test_the_hard_gate_fails_a_kernel_slower_than_the_target(tmp_path):
     assert first.status is Status.OK
     assert not result.passed and len(result.rounds) == 1 and result.rounds[0].verified
     assert "over the target" in result.message
+
+
+def test_the_watchdog_is_a_multiple_of_the_anchor_pass_between_a_floor_and_the_cap(tmp_path):
+    from fitness.workers import PipelineConfig
+
+    config = PipelineConfig(BuildConfig(tmp_path), eval_timeout_s=300.0, watchdog_factor=20.0, watchdog_min_s=5.0)
+    assert config.watchdog_s(0.01) == 5.0  # a quick anchor: the floor
+    assert config.watchdog_s(1.5) == 30.0  # 20 x the anchor's pass
+    assert config.watchdog_s(60.0) == 300.0  # never above the cap
+    assert "20 x the anchor's 1.5 s pass" in config.describe_watchdog(1.5)
+    for bad in (0, -1.0, float("nan"), float("inf"), True):
+        with pytest.raises(ValueError, match="watchdog_factor"):
+            PipelineConfig(BuildConfig(tmp_path), watchdog_factor=bad)
+
+
+def test_the_evaluator_measures_its_anchor_pass(tmp_path):
+    family = get_family(FAULTY)
+    evaluator = Evaluator(family, EvalConfig(trials=1), tmp_path / "loaded")
+    assert evaluator.anchor_pass_s is None
+    evaluator.anchor_timings()
+    assert 0 < evaluator.anchor_pass_s < 60

@@ -19,7 +19,9 @@ def test_every_fault_becomes_a_record_and_the_pipeline_survives(ray_session, cac
     modes = ["ok", "segfault", "wrong", "hang", "nan", "compile_error", "nowrite"]
     genomes = [family.space.genome({"mode": m, "scale": 2, "pad": i % 4}) for i, m in enumerate(modes)]
     genomes.append(family.space.genome({"mode": "ok", "scale": 2, "pad": 3}))  # after the faults
-    pipeline = Pipeline(family, PipelineConfig(BuildConfig(cache_dir), EvalConfig(trials=2), eval_timeout_s=4.0))
+    # The cap is far away: the hang is stopped by the watchdog derived from the anchor's pass (its floor here).
+    config = PipelineConfig(BuildConfig(cache_dir), EvalConfig(trials=2), eval_timeout_s=600.0, watchdog_min_s=3.0)
+    pipeline = Pipeline(family, config)
     try:
         results = pipeline.evaluate_all(genomes)
     finally:
@@ -31,6 +33,9 @@ def test_every_fault_becomes_a_record_and_the_pipeline_survives(ray_session, cac
     by_mode = dict(zip(modes, results))
     assert "evaluator process died running this kernel, twice" in by_mode["segfault"].message
     assert "evaluator killed" in by_mode["hang"].message
+    assert "within the watchdog's 3 s (20 x the anchor's" in by_mode["hang"].message
+    assert 3.0 <= by_mode["hang"].stages.verify < 60.0
+    assert pipeline.hardware["watchdog"].startswith("3 s (20 x the anchor's")
     assert "NaN/Inf" in by_mode["nan"].message
     assert "deliberate compile error" in by_mode["compile_error"].message
     assert all(r.fitness_s is None for r in results[1:-1])
