@@ -55,6 +55,20 @@ class CudaKernel:
         attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         _check("cuFuncSetAttribute", driver.cuFuncSetAttribute(self.function, attribute, size))
 
+    def max_active_clusters(self, cluster: int, threads: int, shared_bytes: int) -> int:
+        """How many clusters of ``cluster`` blocks of ``threads`` threads (the kernel's compile-time
+        cluster size) can run on the device at once; at least 1."""
+        driver = _driver()
+        config = driver.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = cluster, 1, 1
+        config.blockDimX, config.blockDimY, config.blockDimZ = threads, 1, 1
+        config.sharedMemBytes = shared_bytes
+        config.numAttrs = 0
+        count = _check("cuOccupancyMaxActiveClusters", driver.cuOccupancyMaxActiveClusters(self.function, config))
+        if count < 1:
+            raise RuntimeError(f"no cluster of {cluster} blocks of {self.name} fits on this device")
+        return int(count)
+
     def launch(self, grid: Sequence[int], block: Sequence[int], args: Sequence[ctypes._SimpleCData],
                shared_bytes: int = 0, stream: int | None = None) -> None:
         """Launch on ``stream`` (default: torch's current stream). ``args`` are ctypes values."""

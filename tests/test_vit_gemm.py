@@ -18,11 +18,16 @@ PINGPONG = SEED.replace(consumers=2, m_tiles=2, schedule="pingpong", stages=4, p
 # the prefetching warps, the row-wise epilogue
 PREFETCH = PINGPONG.replace(operand_prefetch=True, stages=3)
 ROWWISE = PINGPONG.replace(m_tiles=1, block_n=256, epilogue_reads="rowwise", store="direct16", epi_depth=1)
+# clusters of two blocks sharing W by multicast: ping-pong and persistent, cooperative 128 x 256, one block a tile
+CLUSTERED = PINGPONG.replace(cluster=2, epi_depth=1)
+CLUSTERED_WIDE = WIDE.replace(block_n=256, store="tma", cluster=2, persistent=True, tile_sync="local", setmaxnreg=True)
+CLUSTERED_PER_TILE = WIDE.replace(cluster=2)
+NAMED = (SEED, WIDE, PINGPONG, PREFETCH, ROWWISE, CLUSTERED, CLUSTERED_WIDE, CLUSTERED_PER_TILE)
 
 
 def test_the_space_mirrors_the_kernel_limits():
     space = FAMILY.space
-    for genome in (SEED, WIDE, PINGPONG, PREFETCH, ROWWISE):
+    for genome in NAMED:
         assert space.is_valid(genome), space.violations(genome)
     assert block_m(WIDE) == 128 and shared_bytes(WIDE) == 4 * (128 + 128) * 128 + 8 * 8 + 2 * 2 * 8 + 1024
     assert block_m(PINGPONG) == 128  # each consumer its own tile of 2 x 64 rows
@@ -43,7 +48,7 @@ def test_the_space_mirrors_the_kernel_limits():
 @pytest.mark.nvcc
 def test_every_knob_value_compiles_and_passes_the_screen(cache_dir):
     builder = Builder(BuildConfig(cache_dir))
-    for genome in [SEED, WIDE, PINGPONG, PREFETCH, ROWWISE]:
+    for genome in NAMED:
         recipe = FAMILY.build_recipe(genome)
         result = screen(builder.build(genome.id, recipe), recipe.output, FAMILY.screen_limits)
         assert result.status is Status.OK, f"{genome}: {result.message}"
@@ -61,7 +66,7 @@ def test_sampled_genomes_are_correct_on_every_shape(tmp_path):
     builder = Builder(BuildConfig(tmp_path / "cache"))
     evaluator = Evaluator(FAMILY, EvalConfig(trials=2), tmp_path / "loaded")
     verified = 0
-    for genome in [SEED, WIDE, PINGPONG, PREFETCH, ROWWISE, *covering_sample(FAMILY.space, seed=1)]:
+    for genome in [*NAMED, *covering_sample(FAMILY.space, seed=1)]:
         recipe = FAMILY.build_recipe(genome)
         build = builder.build(genome.id, recipe)
         result = evaluator.evaluate(genome, build, screen(build, recipe.output, FAMILY.screen_limits))
@@ -72,4 +77,4 @@ def test_sampled_genomes_are_correct_on_every_shape(tmp_path):
             continue
         assert result.status is Status.OK, f"{genome}: {result.message}"
         verified += 1
-    assert verified >= 6
+    assert verified >= 9

@@ -4,7 +4,9 @@ C[b * P + p, n] = bf16(sum_k A[b * P + p, k] * W[n, k] + bias[n] + pos[p, n]), A
 W bf16 [N, K] (K-major, as nn.Linear and the patch convolution keep it), bias fp32 [N], pos fp32
 [P, N], fp32 accumulation. One CUDA source (vit_gemm.cu): TMA loads into a ring of stages on
 mbarriers, a producer warpgroup and one or two consumer warpgroups (sharing a tile, or ping-pong)
-multiplying with wgmma from shared memory, a persistent tile loop, and the epilogue's reads, prefetch
+multiplying with wgmma from shared memory, clusters of two blocks sharing W by TMA multicast (the
+persistent grid sized by the driver's count of clusters that fit at once), a persistent tile loop,
+and the epilogue's reads, prefetch
 and store path as knobs (see the source's header).
 """
 
@@ -99,6 +101,8 @@ SPACE = Space(
         IntRange("stages", 2, 6, description="TMA pipeline stages of 64-deep K slices"),
         Choice("schedule", SCHEDULES, description="the consumers share one tile | each has its own and they take "
                                                   "turns at the tensor cores (one's epilogue under the other's main loop)"),
+        PowerOfTwo("cluster", 1, 2, description="blocks of a thread-block cluster taking the two M tiles of one N band "
+                                                 "together, each bringing in half of the W slice by a TMA multicast to both"),
         Boolean("persistent", description="one block per SM slot looping over the tiles, its producer loading the next "
                                           "tile during the epilogue | one block a tile"),
         Choice("raster", RASTERS, description="tile order: along N (a row band's tiles together, A shared in L2) | along M"),
@@ -154,7 +158,7 @@ SPACE = Space(
     ],
 )
 
-SEED = SPACE.genome(dict(block_n=128, consumers=1, m_tiles=1, stages=2, schedule="cooperative", persistent=False,
+SEED = SPACE.genome(dict(block_n=128, consumers=1, m_tiles=1, stages=2, schedule="cooperative", cluster=1, persistent=False,
                          raster="along_n", tile_sync="syncthreads", wgmma_depth=1, store="tma", epilogue_reads="fragment", operand_prefetch=False,
                          operands_ahead=False,
                          epi_depth=1,
@@ -202,7 +206,7 @@ class VitGemm(KernelFamily):
     def build_recipe(self, genome) -> BuildRecipe:
         g = genome.as_dict()
         macros = dict(BLOCK_N=g["block_n"], CONSUMERS=g["consumers"], M_TILES=g["m_tiles"], STAGES=g["stages"],
-                      SCHEDULE=SCHEDULES.index(g["schedule"]), RASTER=RASTERS.index(g["raster"]),
+                      SCHEDULE=SCHEDULES.index(g["schedule"]), CLUSTER=g["cluster"], RASTER=RASTERS.index(g["raster"]),
                       TILE_SYNC=TILE_SYNCS.index(g["tile_sync"]), WGMMA_DEPTH=g["wgmma_depth"],
                       STORE=STORES.index(g["store"]), EPILOGUE_READS=EPILOGUE_READS.index(g["epilogue_reads"]),
                       OPERANDS_AHEAD=int(g["operands_ahead"]), OPERAND_PREFETCH=int(g["operand_prefetch"]),
@@ -255,21 +259,30 @@ class VitGemm(KernelFamily):
                                "vit_gemm.cu and spec.py disagree")
         kernel = module.kernel("vit_gemm")
         kernel.set_max_dynamic_shared(planned)
-        return kernel, genome.as_dict(), {}
+        g = genome.as_dict()
+        threads = 128 * (g["consumers"] + 1)
+        if g["cluster"] > 1:  # the clusters that fit on the GPU at once (SMs pair up within a GPC only)
+            resident = kernel.max_active_clusters(g["cluster"], threads, planned) * g["cluster"]
+        else:
+            resident = _multiprocessors() * g["blocks_per_sm"]
+        return kernel, g, {}, resident
 
     def launch(self, kernel, shape: ProblemShape, inputs, output) -> None:
         from seeds._cuda import matrix_map, ptr
 
-        function, g, maps = kernel
+        function, g, maps, resident = kernel
         a, w, bias, pos = inputs[:4]
         m, n, k = shape["m"], shape["n"], shape["k"]
         key = (a.data_ptr(), w.data_ptr(), output.data_ptr(), m, n, k)
         if key not in maps:  # encoding a tensor map is host work: once per set of buffers
             maps.clear()
-            maps[key] = (matrix_map(a, 64, block_m(g), swizzled=True), matrix_map(w, 64, g["block_n"], swizzled=True),
+            maps[key] = (matrix_map(a, 64, block_m(g), swizzled=True),
+                         matrix_map(w, 64, g["block_n"] // g["cluster"], swizzled=True),
                          matrix_map(output, 64, wg_rows(g), swizzled=True))
-        tiles = -(-m // block_m(g)) * -(-n // g["block_n"])
-        blocks = min(tiles, _multiprocessors() * g["blocks_per_sm"]) if g["persistent"] else tiles
+        cluster = g["cluster"]
+        blocks = -(-m // (block_m(g) * cluster)) * -(-n // g["block_n"]) * cluster  # whole clusters
+        if g["persistent"]:
+            blocks = min(blocks, resident)
         function.launch((blocks,), (128 * (g["consumers"] + 1),),
                         [*maps[key], ptr(bias), ptr(pos), ptr(output), ctypes.c_int(m), ctypes.c_int(n),
                          ctypes.c_int(k), ctypes.c_int(shape["p"])],

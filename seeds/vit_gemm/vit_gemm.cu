@@ -17,6 +17,9 @@
 //                1 ping-pong: each consumer its own tile (BLOCK_M = 64 M_TILES), the two taking turns
 //                at the tensor cores so that one's epilogue runs under the other's main loop
 //   PERSISTENT   0: one block a tile; 1: one block per SM slot, looping over tiles (the grid, host side)
+//   CLUSTER      1, or 2: the two blocks of a thread-block cluster take the two M tiles of one N band
+//                together; each brings in half of the W slice and multicasts it to both (W crosses
+//                from L2 once per pair); a stage is refilled when the consumers of both blocks are done
 //   RASTER       tile order: 0 along N (the tiles of one row band run together and share A in L2), 1 along M
 //   TILE_SYNC    0: the whole block meets at a __syncthreads after every tile (the producer cannot run
 //                into the next tile); 1: no block-wide barrier: only the ring's mbarriers, each
@@ -85,11 +88,33 @@ __device__ __forceinline__ void barrier_wait(uint64_t* bar, unsigned parity) {
                  "@!ready bra retry;\n}" ::"r"(smem_address(bar)), "r"(parity) : "memory");
 }
 
+// one arrival on the barrier at `bar`'s place in block `rank` of the cluster (release at CTA scope,
+// as for a local arrival: what it orders is this block's reads of its own stage, done before it)
+__device__ __forceinline__ void barrier_arrive_in(uint64_t* bar, unsigned rank) {
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_address(bar)), "r"(rank));
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+
+// every thread of every block of the cluster meets here (release / acquire)
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
 // a 2-d box of `map` at (column, row) into shared memory, counted on `bar`
 __device__ __forceinline__ void tma_load(void* dst, const TensorMap* map, int column, int row, uint64_t* bar) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
                  ::"r"(smem_address(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(column), "r"(row),
                  "r"(smem_address(bar)) : "memory");
+}
+
+// the box at (column, row) into `dst`'s place in every block of `mask`, each counting it on `bar`'s place
+__device__ __forceinline__ void tma_load_multicast(void* dst, const TensorMap* map, int column, int row, uint64_t* bar,
+                                                   unsigned short mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+                 "[%0], [%1, {%2, %3}], [%4], %5;"
+                 ::"r"(smem_address(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(column), "r"(row),
+                 "r"(smem_address(bar)), "h"(mask) : "memory");
 }
 
 __device__ __forceinline__ void tma_store(const TensorMap* map, int column, int row, const void* src) {
@@ -138,20 +163,26 @@ constexpr int BARRIER_BYTES = (2 * STAGES + 2 * CONSUMERS) * 8;
 constexpr int SHARED_BYTES = STAGES * STAGE_BYTES + STAGING_BYTES + PREFETCH_BYTES + BARRIER_BYTES + 1024;  // + alignment slack
 #define PREFETCHERS 96  // the producer warpgroup's warps 1..3
 
-// The tiles of C in the order the blocks take them: tile t goes to block t % gridDim.x
+// The tiles of C in the order the clusters take them: a unit is CLUSTER tiles stacked along M (one
+// tile without a cluster), unit u goes to cluster u % clusters, and block `rank` of the cluster takes
+// the unit's rank-th tile (past M when M has fewer tiles: its rows read as zeros and are not stored)
 struct Tiles {
-    int m_count, n_count;
-    __device__ Tiles(int M, int N) : m_count((M + BLOCK_M - 1) / BLOCK_M), n_count((N + BLOCK_N - 1) / BLOCK_N) {}
-    __device__ int count() const { return m_count * n_count; }
-    __device__ int owned() const {  // tiles this block computes
-        return blockIdx.x < count() ? (count() - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+    int m_units, n_count;
+    __device__ Tiles(int M, int N)
+        : m_units((M + BLOCK_M * CLUSTER - 1) / (BLOCK_M * CLUSTER)), n_count((N + BLOCK_N - 1) / BLOCK_N) {}
+    __device__ static int cluster() { return blockIdx.x / CLUSTER; }
+    __device__ static int clusters() { return gridDim.x / CLUSTER; }
+    __device__ static int rank() { return blockIdx.x % CLUSTER; }
+    __device__ int count() const { return m_units * n_count; }
+    __device__ int owned() const {  // tiles this block computes: as many as its cluster's other blocks
+        return cluster() < count() ? (count() - cluster() + clusters() - 1) / clusters() : 0;
     }
     __device__ int2 origin(int local) const {  // (row0, col0) of this block's local-th tile
-        const int t = blockIdx.x + local * gridDim.x;
+        const int u = cluster() + local * clusters();
 #if RASTER == 0
-        return make_int2(t / n_count * BLOCK_M, t % n_count * BLOCK_N);
+        return make_int2((u / n_count * CLUSTER + rank()) * BLOCK_M, u % n_count * BLOCK_N);
 #else
-        return make_int2(t % m_count * BLOCK_M, t / m_count * BLOCK_N);
+        return make_int2((u % m_units * CLUSTER + rank()) * BLOCK_M, u / m_units * BLOCK_N);
 #endif
     }
 };
@@ -397,12 +428,60 @@ __device__ __forceinline__ void epilogue(float (&acc)[M_TILES][ACC], ChunkOperan
     }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
+// a consumer warpgroup is done reading a stage: one arrival at the stage's "empty" barrier of every
+// block of the cluster (each block's producer refills it by a multicast into all of them)
+__device__ __forceinline__ void release_stage(uint64_t* empty) {
+#if CLUSTER > 1
+#pragma unroll
+    for (int r = 0; r < CLUSTER; ++r) barrier_arrive_in(empty, r);
+#else
+    barrier_arrive(empty);
+#endif
+}
+
+// The producer warpgroup: slice kt of local tile i is the ring's (i * k_tiles + kt)-th fill. Its
+// thread 0 brings in A (this block's rows) and W (with a cluster: its half of the slice, multicast)
+__device__ void produce(const Tiles& tiles, int owned, int k_tiles, const TensorMap* a_map, const TensorMap* w_map,
+                        unsigned char* smem, uint64_t* full, uint64_t* empty) {
+    int fill = 0;
+    for (int i = 0; i < owned; ++i) {
+        if (threadIdx.x == 0) {
+            const int2 origin = tiles.origin(i);
+            for (int kt = 0; kt < k_tiles; ++kt, ++fill) {
+                const int s = fill % STAGES;
+                unsigned char* stage = smem + s * STAGE_BYTES;
+                if (fill >= STAGES) barrier_wait(empty + s, (fill / STAGES - 1) & 1);
+                barrier_expect_bytes(full + s, STAGE_BYTES);
+                tma_load(stage, a_map, kt * BLOCK_K, origin.x, full + s);
+#if CLUSTER > 1
+                constexpr int W_PART = BLOCK_N / CLUSTER;  // rows of W each block of the cluster brings in
+                tma_load_multicast(stage + A_STAGE + tiles.rank() * W_PART * 128, w_map, kt * BLOCK_K,
+                                   origin.y + tiles.rank() * W_PART, full + s, (1 << CLUSTER) - 1);
+#else
+                tma_load(stage + A_STAGE, w_map, kt * BLOCK_K, origin.y, full + s);
+#endif
+            }
+        }
+#if TILE_SYNC == 0
+        __syncwarp();
+        __syncthreads();  // the block's rendezvous after tile i
+#endif
+    }
+}
+
+#if CLUSTER > 1
+#define CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
+#else
+#define CLUSTER_DIMS
+#endif
+
+extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM) CLUSTER_DIMS
 vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ TensorMap w_map,
          const __grid_constant__ TensorMap c_map, const float* __restrict__ bias, const float* __restrict__ pos,
          __nv_bfloat16* __restrict__ C, int M, int N, int K, int P) {
     extern __shared__ unsigned char raw[];
     // the 128-byte swizzle repeats every 1024 bytes: stages and slots start on a 1024-byte boundary
+    // (the same offset in every block: a multicast lands at its place in each)
     unsigned char* smem = raw + ((1024 - smem_address(raw) % 1024) % 1024);
     unsigned char* staging = smem + STAGES * STAGE_BYTES;
     float2* prefetched = reinterpret_cast<float2*>(staging + STAGING_BYTES);
@@ -417,7 +496,7 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             barrier_init(full + s, 1);
-            barrier_init(empty + s, SHARERS);
+            barrier_init(empty + s, SHARERS * CLUSTER);
         }
         for (int c = 0; c < CONSUMERS; ++c) {
             barrier_init(prefetched_full + c, PREFETCHERS);
@@ -425,95 +504,86 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
+#if CLUSTER > 1
+    cluster_sync();  // every block's barriers exist before any block multicasts or arrives into it
+#else
     __syncthreads();
+#endif
 
-    if (warpgroup == 0) {  // the producer: slice kt of local tile i is the ring's (i * k_tiles + kt)-th fill
+    if (warpgroup == 0) {
 #if SETMAXNREG
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGS));
 #endif
 #if OPERAND_PREFETCH  // (with TILE_SYNC 1: no block-wide barrier to meet)
-        if (threadIdx.x >= 32) {
+        if (threadIdx.x >= 32)
             prefetch_operands(tiles, owned, M, N, P, pos, prefetched, prefetched_full, prefetched_free);
-            return;
-        }
+        else
 #endif
-        int fill = 0;
-        for (int i = 0; i < owned; ++i) {
-            if (threadIdx.x == 0) {
-                const int2 origin = tiles.origin(i);
-                for (int kt = 0; kt < k_tiles; ++kt, ++fill) {
-                    const int s = fill % STAGES;
-                    if (fill >= STAGES) barrier_wait(empty + s, (fill / STAGES - 1) & 1);
-                    unsigned char* stage = smem + s * STAGE_BYTES;
-                    barrier_expect_bytes(full + s, STAGE_BYTES);
-                    tma_load(stage, &a_map, kt * BLOCK_K, origin.x, full + s);
-                    tma_load(stage + A_STAGE, &w_map, kt * BLOCK_K, origin.y, full + s);
-                }
-            }
-#if TILE_SYNC == 0
-            __syncwarp();
-            __syncthreads();  // the block's rendezvous after tile i
-#endif
-        }
-        return;
-    }
-
+            produce(tiles, owned, k_tiles, &a_map, &w_map, smem, full, empty);
+    } else {
 #if SETMAXNREG
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CONSUMER_REGS));
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CONSUMER_REGS));
 #endif
-    const int consumer = warpgroup - 1;
-    const int a_row0 = SCHEDULE == 1 ? 0 : consumer * WG_ROWS;  // this consumer's rows within an A stage
-    unsigned char* slots = staging + consumer * (STAGING_BYTES / CONSUMERS);
-    int chunk_sequence = 0;  // the chunks this consumer has finished: its staging slot, its prefetched chunk
-    float acc[M_TILES][ACC];
-    for (int i = 0; i < owned; ++i) {
+        const int consumer = warpgroup - 1;
+        const int a_row0 = SCHEDULE == 1 ? 0 : consumer * WG_ROWS;  // this consumer's rows within an A stage
+        unsigned char* slots = staging + consumer * (STAGING_BYTES / CONSUMERS);
+        int chunk_sequence = 0;  // the chunks this consumer has finished: its staging slot, its prefetched chunk
+        float acc[M_TILES][ACC];
+        for (int i = 0; i < owned; ++i) {
 #if SCHEDULE == 1
-        if (i % 2 != consumer) {  // the other consumer's tile
+            if (i % 2 != consumer) {  // the other consumer's tile
 #if TILE_SYNC == 0
-            __syncthreads();
+                __syncthreads();
 #endif
-            continue;
-        }
-        if (i > 0) named_sync(3 + consumer, 256);  // the other consumer's main loop of tile i - 1 is over
+                continue;
+            }
+            if (i > 0) named_sync(3 + consumer, 256);  // the other consumer's main loop of tile i - 1 is over
 #endif
-#pragma unroll
-        for (int t = 0; t < M_TILES; ++t)
-#pragma unroll
-            for (int a = 0; a < ACC; ++a) acc[t][a] = 0.f;
-
-        const int first = i * k_tiles;
-        for (int kt = 0; kt < k_tiles; ++kt) {
-            const int fill = first + kt, s = fill % STAGES;
-            barrier_wait(full + s, (fill / STAGES) & 1);
-            const unsigned char* stage = smem + s * STAGE_BYTES;
-            wgmma_fence();
 #pragma unroll
             for (int t = 0; t < M_TILES; ++t)
 #pragma unroll
-                for (int k = 0; k < BLOCK_K / 16; ++k)  // 16 deep = 32 bytes along the swizzled row
-                    wgmma_bf16(acc[t], descriptor(stage + (a_row0 + t * 64) * 128 + k * 32),
-                               descriptor(stage + A_STAGE + k * 32));
-            wgmma_commit();
-            wgmma_wait<WGMMA_DEPTH - 1>();  // fill - WGMMA_DEPTH + 1 is done: its stage can be refilled
-            if (threadIdx.x % 128 == 0 && kt >= WGMMA_DEPTH - 1) barrier_arrive(empty + (fill - WGMMA_DEPTH + 1) % STAGES);
-        }
-        const int2 origin = tiles.origin(i);
-        ChunkOperands ops[2];
-        if (OPERANDS_AHEAD) load_operands(ops[0], 0, origin.x + a_row0, origin.y, M, N, P, bias, pos);
-        wgmma_wait<0>();  // the accumulators are final
-        if (WGMMA_DEPTH == 2 && threadIdx.x % 128 == 0) barrier_arrive(empty + (first + k_tiles - 1) % STAGES);
+                for (int a = 0; a < ACC; ++a) acc[t][a] = 0.f;
+
+            const int first = i * k_tiles;
+            for (int kt = 0; kt < k_tiles; ++kt) {
+                const int fill = first + kt, s = fill % STAGES;
+                barrier_wait(full + s, (fill / STAGES) & 1);
+                const unsigned char* stage = smem + s * STAGE_BYTES;
+                wgmma_fence();
+#pragma unroll
+                for (int t = 0; t < M_TILES; ++t)
+#pragma unroll
+                    for (int k = 0; k < BLOCK_K / 16; ++k)  // 16 deep = 32 bytes along the swizzled row
+                        wgmma_bf16(acc[t], descriptor(stage + (a_row0 + t * 64) * 128 + k * 32),
+                                   descriptor(stage + A_STAGE + k * 32));
+                wgmma_commit();
+                wgmma_wait<WGMMA_DEPTH - 1>();  // fill - WGMMA_DEPTH + 1 is done: its stage can be refilled
+                if (threadIdx.x % 128 == 0 && kt >= WGMMA_DEPTH - 1)
+                    release_stage(empty + (fill - WGMMA_DEPTH + 1) % STAGES);
+            }
+            const int2 origin = tiles.origin(i);
+            ChunkOperands ops[2];
+            if (OPERANDS_AHEAD) load_operands(ops[0], 0, origin.x + a_row0, origin.y, M, N, P, bias, pos);
+            wgmma_wait<0>();  // the accumulators are final
+            if (WGMMA_DEPTH == 2 && threadIdx.x % 128 == 0) release_stage(empty + (first + k_tiles - 1) % STAGES);
 #if SCHEDULE == 1
-        if (i + 1 < owned) named_arrive(3 + (1 - consumer), 256);  // the other consumer's turn
+            if (i + 1 < owned) named_arrive(3 + (1 - consumer), 256);  // the other consumer's turn
 #endif
-        epilogue(acc, ops, origin.x + a_row0, origin.y, M, N, P, bias, pos, C, &c_map, slots, consumer,
-                 prefetched + consumer * WG_ROWS * CHUNK / 2, prefetched_full + consumer, prefetched_free + consumer,
-                 chunk_sequence);
+            epilogue(acc, ops, origin.x + a_row0, origin.y, M, N, P, bias, pos, C, &c_map, slots, consumer,
+                     prefetched + consumer * WG_ROWS * CHUNK / 2, prefetched_full + consumer,
+                     prefetched_free + consumer, chunk_sequence);
 #if TILE_SYNC == 0
-        __syncthreads();
+            __syncthreads();
+#endif
+        }
+#if STORE == 0
+        if (threadIdx.x % 128 == 0) tma_store_wait_read<0>();  // shared memory stays until the last store read it
 #endif
     }
-#if STORE == 0
-    if (threadIdx.x % 128 == 0) tma_store_wait_read<0>();  // shared memory stays until the last store read it
+#if CLUSTER > 1
+    // no block leaves while another may still arrive on its barriers or multicast into its stages
+    __syncwarp();
+    cluster_sync();
 #endif
 }
 
