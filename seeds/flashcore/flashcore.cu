@@ -72,7 +72,7 @@ struct SharedStages {
     // warp 0: this block's rows of tile t (keys from key0) into stage t % STAGES of every block
     __device__ void issue(int t, int key0, int head, const TensorMap* k_map, const TensorMap* v_map) {
         const int b = t % STAGES;
-        if (t >= STAGES) barrier_wait<true>(empty + b, (t / STAGES - 1) & 1);  // the cluster is done with tile t - STAGES
+        if (t >= STAGES) barrier_wait(empty + b, (t / STAGES - 1) & 1);  // the cluster is done with tile t - STAGES
         if (threadIdx.x == 0) {
             const int first = rank * rows_each;
             barrier_expect_bytes(full_k + b, stage_bytes);
@@ -82,8 +82,8 @@ struct SharedStages {
         }
     }
 
-    __device__ void wait_k(int t) { barrier_wait<false>(full_k + t % STAGES, (t / STAGES) & 1); }
-    __device__ void wait_v(int t) { barrier_wait<false>(full_v + t % STAGES, (t / STAGES) & 1); }
+    __device__ void wait_k(int t) { barrier_wait(full_k + t % STAGES, (t / STAGES) & 1); }
+    __device__ void wait_v(int t) { barrier_wait(full_v + t % STAGES, (t / STAGES) & 1); }
 
     // every warp, done with tile t: one arrival at each block of the cluster, if a later tile refills the stage
     __device__ void release(int t, int tiles) {

@@ -59,10 +59,6 @@ __device__ __forceinline__ float quad_reduce_sum(float v, int width) {
     return v;
 }
 
-__device__ __forceinline__ unsigned smem_address(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
 // rows x D halves from global (row stride D) into a shared tile, 16 bytes a thread-step;
 // rows at or past rows_valid are zero-filled.
 template <int D>
@@ -189,25 +185,8 @@ struct Problem {
     float logit_scale;
 };
 
-// Thread-block clusters (CLUSTER blocks share query rows and split the key tiles): the block's rank,
-// a cluster-wide barrier (release / acquire: shared-memory writes before it are visible to every
-// block of the cluster after it), and loads from a peer block's shared memory (mapa + ld.shared::cluster).
-__device__ __forceinline__ int cluster_rank() {
-    unsigned rank;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-    return static_cast<int>(rank);
-}
-
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-__device__ __forceinline__ unsigned peer_address(const void* local, int rank) {
-    unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_address(local)), "r"(rank));
-    return remote;
-}
-
+// Thread-block clusters (CLUSTER blocks share query rows and split the key tiles): loads from a peer
+// block's shared memory (mapa + ld.shared::cluster; rank, barrier and addresses in _hopper.cuh).
 __device__ __forceinline__ float2 load_peer2(const float* local, int rank) {
     float2 v;
     asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(peer_address(local, rank)));
@@ -221,41 +200,8 @@ __device__ __forceinline__ float4 load_peer4(const float* local, int rank) {
     return v;
 }
 
-// K/V shared by the KV_SHARE blocks of a cluster: mbarriers in shared memory and TMA copies
+// K/V shared by the KV_SHARE blocks of a cluster (mbarriers in _hopper.cuh): TMA copies
 // (cp.async.bulk.tensor) multicast to every block of the cluster.
-// A "full" barrier completes when its stage's bytes have landed (expect_tx / complete_tx); an
-// "empty" barrier when every warp of every block of the cluster is done reading the stage.
-__device__ __forceinline__ void barrier_init(uint64_t* bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(bar)), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void barrier_expect_bytes(uint64_t* bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_address(bar)), "r"(bytes) : "memory");
-}
-
-// wait for the barrier's phase of this parity; cluster scope: arrivals from other blocks are acquired
-template <bool CLUSTER_SCOPE>
-__device__ __forceinline__ void barrier_wait(uint64_t* bar, unsigned parity) {
-    if (CLUSTER_SCOPE)
-        asm volatile("{\n.reg .pred ready;\nretry:\n"
-                     "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 ready, [%0], %1;\n"
-                     "@!ready bra retry;\n}" ::"r"(smem_address(bar)), "r"(parity) : "memory");
-    else
-        asm volatile("{\n.reg .pred ready;\nretry:\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 ready, [%0], %1;\n"
-                     "@!ready bra retry;\n}" ::"r"(smem_address(bar)), "r"(parity) : "memory");
-}
-
-// arrive on the barrier at the same place in block `rank` of the cluster
-__device__ __forceinline__ void barrier_arrive_peer(uint64_t* bar, int rank) {
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(peer_address(bar, rank)) : "memory");
-}
-
-// A TMA descriptor (CUtensorMap, encoded on the host by cuTensorMapEncodeTiled), passed by value
-struct alignas(64) TensorMap {
-    unsigned long long bits[16];
-};
-
 // The box of a 3-d tensor map at (column 0, row, head) into the same shared-memory offset of every
 // block of `mask`, each block's barrier at `bar`'s offset counting the bytes
 __device__ __forceinline__ void tensor_copy_multicast(void* dst, const TensorMap* map, int row, int head, uint64_t* bar,

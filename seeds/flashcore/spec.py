@@ -1,6 +1,6 @@
 """FlashCore: fp16 attention forward on the H100, from a scalar baseline towards FlashAttention.
 
-One CUDA translation unit (flashcore_parts.cuh, _materialised.cuh, _fused.cuh, flashcore.cu) whose knobs walk the steps a kernel engineer
+One CUDA translation unit (seeds/_hopper.cuh, flashcore_parts.cuh, _materialised.cuh, _fused.cuh, flashcore.cu) whose knobs walk the steps a kernel engineer
 takes by hand: scalar FMA -> WMMA -> mma.sync + ldmatrix for Q K^T and for P V, the S/P tile
 materialised in shared memory -> the fused online softmax in registers, serial -> shuffle row
 reductions, plain loads -> cp.async pipelines, plain -> padded -> swizzled shared memory, exp2 with
@@ -20,7 +20,7 @@ from seeds._cuda import TensorMapBytes, tensor_map
 from seeds._family import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance, shape
 
 HERE = Path(__file__).parent
-SOURCES = tuple(HERE / name for name in (
+SOURCES = (HERE.parent / "_hopper.cuh",) + tuple(HERE / name for name in (
     "flashcore_parts.cuh", "flashcore_materialised.cuh", "flashcore_fused.cuh", "flashcore.cu"))
 HEAD_DIMS = (64, 128)
 SMEM_LIMIT = 227 * 1024

@@ -21,6 +21,7 @@ from seeds._family import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, T
 
 HERE = Path(__file__).parent
 SOURCE = HERE / "vit_gemm.cu"
+HOPPER = HERE.parent / "_hopper.cuh"  # the Hopper pieces shared with flashcore
 SMEM_LIMIT = 227 * 1024  # one block
 SMEM_PER_SM = 228 * 1024  # all the blocks of an SM (each also reserves 1 KiB for the system)
 REGISTER_MARGIN = 24  # registers a consumer thread needs beside its accumulators (descriptors, loop, addresses)
@@ -216,7 +217,8 @@ class VitGemm(KernelFamily):
             f"-D{k}={v}" for k, v in sorted(macros.items()))
         text = SOURCE.read_text()
         include_end = text.index("#include <stdint.h>") + len("#include <stdint.h>\n")
-        source = (f'#line 1 "vit_gemm.cu"\n{text[:include_end]}{_wgmma_wrapper(g["block_n"])}'
+        source = (f'#line 1 "vit_gemm.cu"\n{text[:include_end]}#line 1 "_hopper.cuh"\n{HOPPER.read_text()}'
+                  f'{_wgmma_wrapper(g["block_n"])}'
                   f'#line {text[:include_end].count(chr(10)) + 1} "vit_gemm.cu"\n{text[include_end:]}')
         return BuildRecipe(source, "vit_gemm.cu", "nvcc", flags, "cubin")
 
