@@ -41,6 +41,10 @@ def test_the_space_mirrors_the_kernel_limits():
     assert not space.is_valid(PREFETCH.replace(tile_sync="syncthreads"))
     assert not space.is_valid(SEED.replace(raster="along_m"))  # only a persistent grid has an order
     assert not space.is_valid(WIDE.replace(blocks_per_sm=2, stages=4))  # two blocks of 4 stages of 32 KB
+    # a wgmma of 128 accumulators does not assemble within 2 blocks' launch bound of 128 registers,
+    # whatever setmaxnreg would give the consumer at run time (found by a search: a compile error)
+    assert not space.is_valid(SEED.replace(block_n=256, blocks_per_sm=2, setmaxnreg=True, persistent=True,
+                                           tile_sync="local", epilogue_reads="rowwise", store="direct16"))
     with pytest.raises(ValueError, match="multiples of 8"):
         FAMILY.check_shape(shape("odd", m=10, n=12, k=768, p=5))
 

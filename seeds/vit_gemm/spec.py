@@ -25,6 +25,7 @@ HOPPER = HERE.parent / "_hopper.cuh"  # the Hopper pieces shared with flashcore
 SMEM_LIMIT = 227 * 1024  # one block
 SMEM_PER_SM = 228 * 1024  # all the blocks of an SM (each also reserves 1 KiB for the system)
 REGISTER_MARGIN = 24  # registers a consumer thread needs beside its accumulators (descriptors, loop, addresses)
+WGMMA_REGISTERS = 26  # ptxas needs one wgmma's block_n / 2 accumulators plus this many within the launch bound
 PRODUCER_REGS = 40  # what the producer warpgroup keeps with setmaxnreg (PRODUCER_REGS in vit_gemm.cu)
 STORES = ("tma", "direct4", "direct16")
 SCHEDULES = ("cooperative", "pingpong")
@@ -134,6 +135,11 @@ SPACE = Space(
                    "registers: 65536 / (threads * blocks_per_sm) in steps of 8, at most 255, plus with setmaxnreg its "
                    f"share of what the producer gives back above {PRODUCER_REGS} (ptxas cannot assemble a wgmma whose "
                    "accumulators do not fit)"),
+        Constraint("wgmma_fits_the_launch_bound",
+                   lambda g: g["block_n"] // 2 + WGMMA_REGISTERS <= launch_registers(g),
+                   f"one wgmma's block_n / 2 accumulators plus {WGMMA_REGISTERS} fit the registers of "
+                   "__launch_bounds__ (ptxas assembles the wgmma there, whatever setmaxnreg gives at run time: "
+                   "'Insufficient registers (128) ... register target of 154' for block_n 256 at 2 blocks an SM)"),
         Constraint("shared_memory_fits", lambda g: shared_bytes(g) <= SMEM_LIMIT,
                    f"stages * (block_m + block_n) * 128 bytes + staging slots (+ barriers) <= {SMEM_LIMIT}"),
         Constraint("blocks_fit_an_sm",
