@@ -78,5 +78,7 @@ def test_cpu_gemm_batch_in_order(ray_session, cache_dir):
         assert pipeline.hardware["device_kind"] == "cpu"
     finally:
         pipeline.close()
+    assert [r.genome_id for r in results] == [seed.id, faster.id]  # one result per genome, in input order
     assert [r.status for r in results] == [Status.OK, Status.OK]
-    assert results[1].fitness_s < results[0].fitness_s / 3  # the knobs matter several times over
+    assert all(r.fitness_s > 0 and r.anchor for r in results)
+    # (how much the knobs matter is a timing: docs/BENCHMARKS.md, not a pass/fail test on a shared CI machine)
