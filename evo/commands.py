@@ -113,6 +113,11 @@ def cmd_search(args, console: Console) -> int:
     if family.device == "cuda" and args.ray_address is None and not _local_gpu():
         raise BadInput(f"family {family.name} runs on a CUDA GPU and this machine has none "
                        f"(use --ray-address for a cluster with GPUs, or a CPU family such as --family cpu_gemm)")
+    if family.device == "cuda" and args.ray_address is None:
+        runs, why = family.runs_here()
+        if not runs:
+            raise BadInput(f"family {family.name} is built but unverified on this machine: {why} "
+                           f"(its kernels still compile and pass the ptxas screen here; see `evo families`)")
     _refuse_a_family_that_does_not_compile(family, config)
     store = _open(database)
     search = Search(config, store, ConsoleReporter(console, budget=config.budget), ray_address=args.ray_address)
@@ -279,6 +284,11 @@ def cmd_families(args, console: Console) -> int:
                       highlight=False, markup=False)
         console.print("shapes: " + ", ".join(s.label() + (" [mission]" if s.mission else "") for s in family.shapes),
                       highlight=False, markup=False)
+        if family.compute_capability is not None:
+            runs, why = family.runs_here()
+            console.print("runs on GPUs of compute capability {}.{}".format(*family.compute_capability)
+                          + ("" if runs else f"; built but unverified on this machine ({why})"),
+                          highlight=False, markup=False)
     return 0
 
 

@@ -97,6 +97,10 @@ class Evaluator:
         common = dict(usage=screened.usage, artifact_key=build.artifact_key, worker=platform.node())
         if screened.status is not Status.OK:
             return EvalResult(build.genome_id, screened.status, screened.message, None, stages=stages, **common)
+        runs, why = self.family.runs_here()
+        if not runs:
+            return EvalResult(build.genome_id, Status.UNVERIFIED, f"built and passed the screen; not run: {why}", None,
+                              stages=stages, **common)
         anchor = self.anchor_timings()
         try:
             kernel = self.load(genome, build)

@@ -16,6 +16,7 @@ class Status(str, enum.Enum):
     CRASHED = "crashed"
     TIMEOUT = "timeout"
     WORKER_LOST = "worker_lost"
+    UNVERIFIED = "unverified"  # built and screened; no GPU here can run it (e.g. sm_100a code on an H100)
 
     @property
     def failed(self) -> bool:

@@ -95,6 +95,9 @@ class KernelFamily(abc.ABC):
     # a standalone Python module (torch, no evo) that `evo export` fills in: __GENOME_JSON__,
     # __GENOME_ID__ and __ARTIFACT__ are replaced; None: the family cannot be exported
     export_template: Path | None = None
+    # the GPU its kernels need, e.g. (10, 0) for sm_100a code; None: any device of its kind. On
+    # another GPU (or none) its genomes are built and screened, then recorded as unverified
+    compute_capability: tuple[int, int] | None = None
 
     @property
     def reference_key(self) -> str:
@@ -146,6 +149,21 @@ class KernelFamily(abc.ABC):
 
     def bytes_moved(self, shape: ProblemShape) -> float:
         return 0.0
+
+    def runs_here(self) -> tuple[bool, str]:
+        """Whether this machine's GPU can run the family's kernels, and what it has (for messages)."""
+        if self.compute_capability is None:
+            return True, ""
+        import torch
+
+        wanted = "{}.{}".format(*self.compute_capability)
+        if not torch.cuda.is_available():
+            return False, f"needs a GPU of compute capability {wanted}; this machine has no CUDA GPU"
+        have = torch.cuda.get_device_capability()
+        if tuple(have) != tuple(self.compute_capability):
+            return False, (f"needs a GPU of compute capability {wanted}; this one ({torch.cuda.get_device_name()}) "
+                           f"is {have[0]}.{have[1]}")
+        return True, ""
 
     def prepare_evaluator(self) -> None:
         """Called once in the evaluator process before anything is timed (e.g. thread counts)."""

@@ -9,7 +9,7 @@ from evo.report._data import OK, LineageReport
 US = 1e6
 STATUS_COLOURS = {"ok": "#2b8a3e", "screened_out": "#868e96", "incorrect": "#e67700", "crashed": "#c92a2a",
                   "timeout": "#862e9c", "compile_error": "#1864ab", "compile_timeout": "#364fc7",
-                  "worker_lost": "#5c940d"}
+                  "worker_lost": "#5c940d", "unverified": "#adb5bd"}
 
 
 def _figure(width: float = 7.5, height: float = 3.6):

@@ -1,0 +1,106 @@
+"""vit_gemm's Blackwell variant (sm_100a): the same problem, shapes, reference and anchors as
+``seeds/vit_gemm``, computed by tcgen05.mma into tensor memory (TMEM).
+
+Knobs as a Blackwell kernel engineer names them (see vit_gemm_sm100.cu): tile N, pipeline stages,
+accumulator buffers in TMEM (the MMA warp commits "mainloop done", the epilogue warps arrive
+"epilogue done"), epilogue warps, TMEM load prefetch depth, and whether one lane computes the
+shared-memory descriptors and broadcasts them to the MMA warp. Every knob value compiles for
+sm_100a and passes the ptxas screen on any machine with nvcc; the kernels run only on a GPU of
+compute capability 10.0, and an evaluator on any other GPU records them as ``unverified``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+from kernel_genome import Boolean, Constraint, IntRange, PowerOfTwo, Space
+from seeds._family import BuildRecipe, ScreenLimits
+from seeds.vit_gemm.spec import VitGemm, _multiprocessors
+
+HERE = Path(__file__).parent
+SOURCE = HERE / "vit_gemm_sm100.cu"
+HOPPER = HERE.parent / "_hopper.cuh"  # mbarriers, TMA descriptors and loads: the same on sm_100a
+SMEM_LIMIT = 227 * 1024
+
+
+def shared_bytes(g) -> int:
+    """Dynamic shared memory of a block; mirrors SHARED_BYTES in vit_gemm_sm100.cu."""
+    return g["stages"] * (128 + g["block_n"]) * 64 * 2 + (2 * g["stages"] + 2 * g["acc_buffers"]) * 8 + 16 + 1024
+
+
+SPACE = Space(
+    [
+        PowerOfTwo("block_n", 64, 256, description="tile columns = tcgen05.mma N (M is 128)"),
+        IntRange("stages", 2, 6, description="TMA pipeline stages of 64-deep K slices"),
+        PowerOfTwo("acc_buffers", 1, 2, description="accumulator buffers in TMEM: with 2 the MMA warp runs the next "
+                                                    "tile's main loop while the epilogue warps drain this one"),
+        PowerOfTwo("epilogue_warps", 4, 8, description="warps reading the accumulators out of TMEM (8: two a lane "
+                                                       "quarter, each half the columns)"),
+        IntRange("tmem_load_depth", 1, 2, description="TMEM loads in flight: 1 loads, waits and finishes each 16-column "
+                                                      "chunk; 2 loads the next chunk while this one is finished"),
+        Boolean("desc_broadcast", description="lane 0 of the MMA warp computes the shared-memory descriptors and "
+                                              "broadcasts them (__shfl_sync) | every lane computes them"),
+    ],
+    [
+        Constraint("shared_memory_fits", lambda g: shared_bytes(g) <= SMEM_LIMIT,
+                   f"stages * (128 + block_n) * 128 bytes + barriers <= {SMEM_LIMIT}"),
+    ],
+)
+
+SEED = SPACE.genome(dict(block_n=128, stages=2, acc_buffers=1, epilogue_warps=4, tmem_load_depth=1,
+                         desc_broadcast=False))
+
+
+class VitGemmSm100(VitGemm):
+    name = "vit_gemm_sm100"
+    description = ("vit_gemm on Blackwell (sm_100a: tcgen05.mma into TMEM, epilogue warps); built and screened "
+                   "anywhere, verified only on a compute capability 10.0 GPU")
+    space = SPACE
+    seed_genomes = (SEED,)
+    compute_capability = (10, 0)
+    screen_limits = ScreenLimits()  # 255 registers, 227 KiB of shared memory, no spills: as on Hopper
+
+    def build_recipe(self, genome) -> BuildRecipe:
+        g = genome.as_dict()
+        macros = dict(BLOCK_N=g["block_n"], STAGES=g["stages"], ACC_BUFFERS=g["acc_buffers"],
+                      EPILOGUE_WARPS=g["epilogue_warps"], TMEM_LOAD_DEPTH=g["tmem_load_depth"],
+                      DESC_BROADCAST=int(g["desc_broadcast"]))
+        flags = ("-gencode", "arch=compute_100a,code=sm_100a", "-O3", "-std=c++17") + tuple(
+            f"-D{k}={v}" for k, v in sorted(macros.items()))
+        text = SOURCE.read_text()
+        include_end = text.index("#include <stdint.h>") + len("#include <stdint.h>\n")
+        source = (f'#line 1 "vit_gemm_sm100.cu"\n{text[:include_end]}#line 1 "_hopper.cuh"\n{HOPPER.read_text()}'
+                  f'#line {text[:include_end].count(chr(10)) + 1} "vit_gemm_sm100.cu"\n{text[include_end:]}')
+        return BuildRecipe(source, "vit_gemm_sm100.cu", "nvcc", flags, "cubin")
+
+    def load(self, artifact: Path, genome):
+        from seeds._cuda import CudaModule
+
+        module = CudaModule(artifact)
+        planned = module.read_ints("vit_gemm_sm100_shared_bytes", 1)[0]
+        if planned != shared_bytes(genome):
+            raise RuntimeError(f"the kernel plans {planned} bytes of shared memory, the spec {shared_bytes(genome)}: "
+                               "vit_gemm_sm100.cu and spec.py disagree")
+        kernel = module.kernel("vit_gemm_sm100")
+        kernel.set_max_dynamic_shared(planned)
+        return kernel, genome.as_dict(), {}
+
+    def launch(self, kernel, shape, inputs, output) -> None:
+        from seeds._cuda import matrix_map, ptr
+
+        function, g, maps = kernel
+        a, w, bias, pos = inputs[:4]
+        m, n, k = shape["m"], shape["n"], shape["k"]
+        key = (a.data_ptr(), w.data_ptr(), m, n, k)
+        if key not in maps:
+            maps.clear()
+            maps[key] = (matrix_map(a, 64, 128, swizzled=True), matrix_map(w, 64, g["block_n"], swizzled=True))
+        tiles = -(-m // 128) * -(-n // g["block_n"])
+        function.launch((min(tiles, _multiprocessors()),), (32 * (2 + g["epilogue_warps"]),),
+                        [*maps[key], ptr(bias), ptr(pos), ptr(output), ctypes.c_int(m), ctypes.c_int(n),
+                         ctypes.c_int(k), ctypes.c_int(shape["p"])],
+                        shared_bytes=shared_bytes(g))
+
+
+FAMILY = VitGemmSm100()
