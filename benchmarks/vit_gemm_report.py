@@ -53,7 +53,13 @@ def main() -> None:
     args = parser.parse_args()
 
     family = get_family("vit_gemm")
-    genomes = [family.space.genome_from_json(text) for text in args.genome]
+    genomes = []
+    for text in args.genome:
+        try:
+            genome = family.space.check(family.space.genome_from_json(text))
+        except ValueError as exc:
+            raise SystemExit(f"--genome {text}: {exc}") from None
+        genomes.append(genome)
     if args.run is not None:
         genomes.insert(0, genome_from_run(args.db or "evo.db", args.run, family))
     if args.seed:
