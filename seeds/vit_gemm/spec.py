@@ -59,13 +59,13 @@ def staging_bytes(g) -> int:
 
 
 def prefetch_bytes(g) -> int:
-    """The prefetched pos: one 64-column chunk of fp32 a consumer."""
-    return g["consumers"] * wg_rows(g) * 64 * 4 if g["operand_prefetch"] else 0
+    """The prefetched pos: prefetch_buffers 64-column chunks of fp32 a consumer."""
+    return g["consumers"] * g["prefetch_buffers"] * wg_rows(g) * 64 * 4 if g["operand_prefetch"] else 0
 
 
 def shared_bytes(g) -> int:
     """Dynamic shared memory of a block; mirrors SHARED_BYTES in vit_gemm.cu."""
-    barriers = (2 * g["stages"] + 2 * g["consumers"]) * 8
+    barriers = (2 * g["stages"] + 2 * g["consumers"] * g["prefetch_buffers"]) * 8
     return g["stages"] * stage_bytes(g) + staging_bytes(g) + prefetch_bytes(g) + barriers + 1024
 
 
@@ -119,6 +119,8 @@ SPACE = Space(
                            "staged in fp32 in shared memory and finished row by row, 16 bytes a lane along lines"),
         Boolean("operand_prefetch", description="pos copied into shared memory during the main loop by the producer "
                                                 "warpgroup's idle warps (cp.async) | read by the consumer in its epilogue"),
+        IntRange("prefetch_buffers", 1, 2, description="chunks of prefetched pos a consumer has in shared memory: 1 = "
+                                                       "the next is copied once this one is read, 2 = while it is read"),
         Boolean("operands_ahead", description="bias and pos of chunk 0 loaded while the tile's last wgmma runs and "
                                               "each next chunk's before this one is finished | each chunk's just before it"),
         IntRange("epi_depth", 1, 3, description="staging slots of the TMA store: 1 converts a chunk once the previous "
@@ -159,6 +161,9 @@ SPACE = Space(
                                       and g["epilogue_reads"] == "fragment"),
                    "the prefetching warps keep one chunk a consumer and meet no block-wide barrier: operand_prefetch "
                    "needs tile_sync = local, operands_ahead off and the fragment epilogue"),
+        Constraint("prefetch_buffers_only_with_the_prefetch",
+                   lambda g: _implies(not g["operand_prefetch"], g["prefetch_buffers"] == 1),
+                   "prefetch_buffers counts the prefetched pos chunks: 1 without operand_prefetch"),
         Constraint("raster_only_matters_when_persistent",
                    lambda g: _implies(not g["persistent"], g["raster"] == "along_n"),
                    "one block a tile launches the tiles in along-N order"),
@@ -167,7 +172,7 @@ SPACE = Space(
 
 SEED = SPACE.genome(dict(block_n=128, consumers=1, m_tiles=1, stages=2, schedule="cooperative", cluster=1, persistent=False,
                          raster="along_n", tile_sync="syncthreads", wgmma_depth=1, store="tma", epilogue_reads="fragment", operand_prefetch=False,
-                         operands_ahead=False,
+                         operands_ahead=False, prefetch_buffers=1,
                          epi_depth=1,
                          setmaxnreg=False, blocks_per_sm=1))
 
@@ -217,6 +222,7 @@ class VitGemm(KernelFamily):
                       TILE_SYNC=TILE_SYNCS.index(g["tile_sync"]), WGMMA_DEPTH=g["wgmma_depth"],
                       STORE=STORES.index(g["store"]), EPILOGUE_READS=EPILOGUE_READS.index(g["epilogue_reads"]),
                       OPERANDS_AHEAD=int(g["operands_ahead"]), OPERAND_PREFETCH=int(g["operand_prefetch"]),
+                      PREFETCH_BUFFERS=g["prefetch_buffers"],
                       EPI_DEPTH=g["epi_depth"], SETMAXNREG=int(g["setmaxnreg"]),
                       CONSUMER_REGS=consumer_registers(g), BLOCKS_PER_SM=g["blocks_per_sm"])
         flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(

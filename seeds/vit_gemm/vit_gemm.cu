@@ -37,6 +37,8 @@
 //   OPERAND_PREFETCH  1: the producer warpgroup's idle warps copy pos along rows (cp.async) during the
 //                main loop into shared memory, in the order the consumer reads it (a chunk a consumer,
 //                on "prefetched full / free" mbarriers); 0: the consumer reads pos from global memory
+//   PREFETCH_BUFFERS  chunks of pos a consumer has in shared memory (OPERAND_PREFETCH): 1 = the next
+//                chunk is copied once this one is read; 2 = while this one is read
 //   EPI_DEPTH    staging slots a consumer cycles through (STORE 0): 1 = convert a chunk only once the
 //                previous chunk's store has read its slot (serial); 2, 3 = overlapped with the stores
 //   SETMAXNREG   0: every thread gets the launch bound's registers; 1: the producer gives registers
@@ -102,8 +104,8 @@ constexpr int SLOT_BYTES = WG_ROWS * CHUNK * 2;
 constexpr int STAGING_BYTES = EPILOGUE_READS == 1 ? CONSUMERS * WG_ROWS * ROWWISE_STRIDE * 4
                               : STORE == 0          ? CONSUMERS * EPI_DEPTH * SLOT_BYTES
                                                     : 0;
-constexpr int PREFETCH_BYTES = OPERAND_PREFETCH ? CONSUMERS * WG_ROWS * CHUNK * 4 : 0;  // one chunk a consumer
-constexpr int BARRIER_BYTES = (2 * STAGES + 2 * CONSUMERS) * 8;
+constexpr int PREFETCH_BYTES = OPERAND_PREFETCH ? CONSUMERS * PREFETCH_BUFFERS * WG_ROWS * CHUNK * 4 : 0;
+constexpr int BARRIER_BYTES = (2 * STAGES + 2 * CONSUMERS * PREFETCH_BUFFERS) * 8;
 constexpr int SHARED_BYTES = STAGES * STAGE_BYTES + STAGING_BYTES + PREFETCH_BYTES + BARRIER_BYTES + 1024;  // + alignment slack
 #define PREFETCHERS 96  // the producer warpgroup's warps 1..3
 
@@ -194,8 +196,9 @@ __device__ __forceinline__ int prefetched_index(int t, int h, int jj, int thread
     return ((t * 2 + h) * (CHUNK / 8) + jj) * 128 + thread;
 }
 
+// the consumer's sequence-th chunk: its buffer sequence % PREFETCH_BUFFERS, round sequence / PREFETCH_BUFFERS
 __device__ __forceinline__ void take_prefetched(ChunkOperands& o, int chunk, int col0, int N,
-                                                const float* __restrict__ bias, const float2* prefetched,
+                                                const float* __restrict__ bias, const float2* buffers,
                                                 uint64_t* full, uint64_t* free, int sequence) {
 #if EPILOGUE_READS == 0
     const Place at;
@@ -204,14 +207,16 @@ __device__ __forceinline__ void take_prefetched(ChunkOperands& o, int chunk, int
         const int col = col0 + chunk * CHUNK + at.fragment_col(jj);
         o.bias[jj] = col < N ? *reinterpret_cast<const float2*>(bias + col) : make_float2(0.f, 0.f);
     }
-    barrier_wait(full, sequence & 1);
+    const int b = sequence % PREFETCH_BUFFERS;
+    const float2* prefetched = buffers + b * WG_ROWS * CHUNK / 2;
+    barrier_wait(full + b, (sequence / PREFETCH_BUFFERS) & 1);
 #pragma unroll
     for (int t = 0; t < M_TILES; ++t)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
             for (int jj = 0; jj < CHUNK / 8; ++jj) o.pos[t][h][jj] = prefetched[prefetched_index(t, h, jj, threadIdx.x % 128)];
-    barrier_arrive(free);
+    barrier_arrive(free + b);
 #endif
 }
 
@@ -223,20 +228,23 @@ __device__ __forceinline__ void copy16_async(void* dst, const void* src, bool in
 
 // The prefetching warps (producer warpgroup, warps 1..3): for every chunk every consumer finishes, in
 // the consumers' order, the rows of pos copied along rows (16 bytes a lane, cp.async) into the
-// consumer's buffer; the copies themselves arrive on the buffer's "full" barrier when they land
+// consumer's next buffer once the consumer has read what it held; the copies themselves arrive on the
+// buffer's "full" barrier when they land
 __device__ void prefetch_operands(const Tiles& tiles, int owned, int M, int N, int P, const float* __restrict__ pos,
                                   float2* buffers, uint64_t* full, uint64_t* free) {
     const int p = threadIdx.x - 32;
     int sequence[CONSUMERS] = {};
     for (int i = 0; i < owned; ++i) {
         const int2 origin = tiles.origin(i);
+        // chunk by chunk, each consumer's in turn: cooperative consumers finish their chunks together
+        for (int chunk = 0; chunk < BLOCK_N / CHUNK && origin.y + chunk * CHUNK < N; ++chunk) {
 #pragma unroll
-        for (int c = 0; c < CONSUMERS; ++c) {
-            if (SCHEDULE == 1 && i % 2 != c) continue;
-            const int row0 = origin.x + (SCHEDULE == 1 ? 0 : c * WG_ROWS);
-            for (int chunk = 0; chunk < BLOCK_N / CHUNK && origin.y + chunk * CHUNK < N; ++chunk, ++sequence[c]) {
-                if (sequence[c] > 0) barrier_wait(free + c, (sequence[c] - 1) & 1);
-                float2* buffer = buffers + c * WG_ROWS * CHUNK / 2;
+            for (int c = 0; c < CONSUMERS; ++c) {
+                if (SCHEDULE == 1 && i % 2 != c) continue;
+                const int row0 = origin.x + (SCHEDULE == 1 ? 0 : c * WG_ROWS);
+                const int b = c * PREFETCH_BUFFERS + sequence[c] % PREFETCH_BUFFERS, round = sequence[c] / PREFETCH_BUFFERS;
+                if (round > 0) barrier_wait(free + b, (round - 1) & 1);
+                float2* buffer = buffers + b * WG_ROWS * CHUNK / 2;
                 for (int e = p; e < WG_ROWS * CHUNK / 4; e += PREFETCHERS) {
                     const int r = e / (CHUNK / 4), k = e % (CHUNK / 4), row = row0 + r;
                     const int col = origin.y + chunk * CHUNK + 4 * k;
@@ -246,8 +254,9 @@ __device__ void prefetch_operands(const Tiles& tiles, int owned, int M, int N, i
                     copy16_async(buffer + prefetched_index(r / 64, (r % 16) / 8, k / 2, thread),
                                  inside ? pos + (size_t)(row % P) * N + col : pos, inside);
                 }
-                asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_address(full + c))
+                asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_address(full + b))
                              : "memory");
+                ++sequence[c];
             }
         }
     }
@@ -431,8 +440,8 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
     float2* prefetched = reinterpret_cast<float2*>(staging + STAGING_BYTES);
     uint64_t* full = reinterpret_cast<uint64_t*>(staging + STAGING_BYTES + PREFETCH_BYTES);
     uint64_t* empty = full + STAGES;
-    uint64_t* prefetched_full = empty + STAGES;  // one of each a consumer
-    uint64_t* prefetched_free = prefetched_full + CONSUMERS;
+    uint64_t* prefetched_full = empty + STAGES;  // PREFETCH_BUFFERS of each a consumer
+    uint64_t* prefetched_free = prefetched_full + CONSUMERS * PREFETCH_BUFFERS;
     const Tiles tiles(M, N);
     const int owned = tiles.owned(), k_tiles = (K + BLOCK_K - 1) / BLOCK_K;
     const int warpgroup = threadIdx.x / 128;
@@ -442,9 +451,9 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
             barrier_init(full + s, 1);
             barrier_init(empty + s, SHARERS * CLUSTER);
         }
-        for (int c = 0; c < CONSUMERS; ++c) {
-            barrier_init(prefetched_full + c, PREFETCHERS);
-            barrier_init(prefetched_free + c, 128);
+        for (int b = 0; b < CONSUMERS * PREFETCH_BUFFERS; ++b) {
+            barrier_init(prefetched_full + b, PREFETCHERS);
+            barrier_init(prefetched_free + b, 128);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -514,8 +523,9 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
             if (i + 1 < owned) named_arrive(3 + (1 - consumer), 256);  // the other consumer's turn
 #endif
             epilogue(acc, ops, origin.x + a_row0, origin.y, M, N, P, bias, pos, C, &c_map, slots, consumer,
-                     prefetched + consumer * WG_ROWS * CHUNK / 2, prefetched_full + consumer,
-                     prefetched_free + consumer, chunk_sequence);
+                     prefetched + consumer * PREFETCH_BUFFERS * WG_ROWS * CHUNK / 2,
+                     prefetched_full + consumer * PREFETCH_BUFFERS, prefetched_free + consumer * PREFETCH_BUFFERS,
+                     chunk_sequence);
 #if TILE_SYNC == 0
             __syncthreads();
 #endif
