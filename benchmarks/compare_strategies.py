@@ -58,7 +58,7 @@ def main() -> None:
     finally:
         release()
     console = Console(soft_wrap=True)
-    console.print(f"| strategy | median best (us) | median speedup vs anchor | range | median wall (s) |")
+    console.print("| strategy | median best (us) | median speedup vs anchor | range | median wall (s) |")
     console.print("|---|---|---|---|---|")
     for strategy, best, ratio, low, high, wall in rows:
         console.print(f"| {strategy} | {best * 1e6:.1f} | {ratio:.2f}x | {low:.2f}-{high:.2f}x | {wall:.1f} |")

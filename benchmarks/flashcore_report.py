@@ -19,7 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fitness import BuildConfig, Builder, EvalConfig, Evaluator, Status, screen
+from _reporting import best_genome, evaluated
+from fitness import BuildConfig, Builder, EvalConfig, Evaluator
 from fitness.score import format_seconds
 from seeds import get_family
 from seeds.flashcore.spec import attention_shape
@@ -33,19 +34,6 @@ def parse_shape(text: str):
     except ValueError:
         raise SystemExit(f"--shapes: {text!r} is not B,H,S,D") from None
     return attention_shape(f"{b}x{h}x{s}x{d}", b, h, s, d)
-
-
-def genomes_from_run(db: str, run_id: int, family) -> list:
-    from db import Database, Store, resolve_url
-
-    store = Store(Database(resolve_url(db)).open())
-    best = store.best(run_id, limit=1)
-    if not best:
-        raise SystemExit(f"run {run_id} in {db} has no correct kernel")
-    individual, evaluation = best[0]
-    print(f"run {run_id}: best individual {individual.id} ({individual.genome_id}), "
-          f"{format_seconds(evaluation.fitness_s)} at the mission shape during the search")
-    return [family.space.genome(individual.genome)]
 
 
 def main() -> None:
@@ -70,7 +58,7 @@ def main() -> None:
     if args.seed:
         genomes.insert(0, family.seed_genomes[0])
     if args.run is not None:
-        genomes += genomes_from_run(args.db or "evo.db", args.run, family)
+        genomes.append(best_genome(args.db or "evo.db", args.run, family))
     if not genomes:
         raise SystemExit("nothing to report: give --run, --genome or --seed")
     shapes = [parse_shape(text) for text in args.shapes]
@@ -83,13 +71,10 @@ def main() -> None:
                     for name, run in anchors.items()}
     rows = []
     for genome in genomes:
-        recipe = family.build_recipe(genome)
-        build = builder.build(genome.id, recipe)
-        result = evaluator.evaluate(genome, build, screen(build, recipe.output, family.screen_limits))
-        if result.status is not Status.OK:
-            print(f"{genome.id}: {result.status.value}: {result.message}", file=sys.stderr)
+        done = evaluated(family, genome, builder, evaluator)
+        if done is None:
             continue
-        kernel = evaluator.load(genome, build)
+        kernel = evaluator.load(genome, done[0])
         for s in shapes:
             check = evaluator.verify_shape(kernel, s)
             if not check.passed:

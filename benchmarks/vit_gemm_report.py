@@ -18,27 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from fitness import BuildConfig, Builder, EvalConfig, Evaluator, Status, screen
+from _reporting import best_genome, evaluated
+from fitness import BuildConfig, Builder, EvalConfig, Evaluator
 from fitness.score import format_seconds
 from seeds import get_family
-
-
-def genome_from_run(db: str, run_id: int, family):
-    from db import Database, Store, resolve_url
-
-    store = Store(Database(resolve_url(db)).open(create=False))
-    best = store.best(run_id, limit=1)
-    if not best:
-        raise SystemExit(f"run {run_id} in {db} has no correct kernel")
-    individual, evaluation = best[0]
-    print(f"run {run_id}: best individual {individual.id} ({individual.genome_id}), "
-          f"{format_seconds(evaluation.fitness_s)} at the mission shape during the search")
-    return family.space.genome(individual.genome)
 
 
 def main() -> None:
@@ -61,7 +48,7 @@ def main() -> None:
             raise SystemExit(f"--genome {text}: {exc}") from None
         genomes.append(genome)
     if args.run is not None:
-        genomes.insert(0, genome_from_run(args.db or "evo.db", args.run, family))
+        genomes.insert(0, best_genome(args.db or "evo.db", args.run, family))
     if args.seed:
         genomes.append(family.seed_genomes[0])
     if not genomes:
@@ -72,12 +59,10 @@ def main() -> None:
     evaluator = Evaluator(family, EvalConfig(trials=3), work / "loaded")
     kernels = {}
     for genome in genomes:
-        recipe = family.build_recipe(genome)
-        build = builder.build(genome.id, recipe)
-        result = evaluator.evaluate(genome, build, screen(build, recipe.output, family.screen_limits))
-        if result.status is not Status.OK:
-            print(f"{genome.id}: {result.status.value}: {result.message}", file=sys.stderr)
+        done = evaluated(family, genome, builder, evaluator)
+        if done is None:
             continue
+        build, result = done
         worst = max(c.max_abs_error for c in result.checks)
         print(f"{genome.id}: correct on every shape (max abs error {worst:.4f}); "
               f"{json.dumps(genome.as_dict(), sort_keys=True)}")

@@ -263,23 +263,31 @@ class VitGemm(KernelFamily):
         out = a.float() @ w.float().t() + bias
         return (out.view(-1, shape["p"], shape["n"]) + pos).view(shape["m"], shape["n"])
 
+    kernel_name = "vit_gemm"  # the kernel; its module's `<kernel_name>_shared_bytes` is the plan it was built with
+
+    def planned_shared_bytes(self, genome) -> int:
+        return shared_bytes(genome)
+
+    def resident_blocks(self, kernel, g, shared: int) -> int:
+        """Blocks of this genome the GPU runs at once: a persistent grid's size."""
+        if g["cluster"] > 1:  # the clusters that fit at once (SMs pair up within a GPC only)
+            return kernel.max_active_clusters(g["cluster"], 128 * (g["consumers"] + 1), shared) * g["cluster"]
+        return _multiprocessors() * g["blocks_per_sm"]
+
     def load(self, artifact: Path, genome):
+        """(kernel, knobs, its tensor maps by buffers, resident blocks), after checking that the
+        kernel plans the shared memory the spec sizes."""
         from seeds._cuda import CudaModule
 
         module = CudaModule(artifact)
-        planned = module.read_ints("vit_gemm_shared_bytes", 1)[0]
-        if planned != shared_bytes(genome):
-            raise RuntimeError(f"the kernel plans {planned} bytes of shared memory, the spec {shared_bytes(genome)}: "
-                               "vit_gemm.cu and spec.py disagree")
-        kernel = module.kernel("vit_gemm")
+        planned, expected = module.read_ints(f"{self.kernel_name}_shared_bytes", 1)[0], self.planned_shared_bytes(genome)
+        if planned != expected:
+            raise RuntimeError(f"the kernel plans {planned} bytes of shared memory, the spec {expected}: "
+                               f"{self.kernel_name}.cu and spec.py disagree")
+        kernel = module.kernel(self.kernel_name)
         kernel.set_max_dynamic_shared(planned)
         g = genome.as_dict()
-        threads = 128 * (g["consumers"] + 1)
-        if g["cluster"] > 1:  # the clusters that fit on the GPU at once (SMs pair up within a GPC only)
-            resident = kernel.max_active_clusters(g["cluster"], threads, planned) * g["cluster"]
-        else:
-            resident = _multiprocessors() * g["blocks_per_sm"]
-        return kernel, g, {}, resident
+        return kernel, g, {}, self.resident_blocks(kernel, g, planned)
 
     def launch(self, kernel, shape: ProblemShape, inputs, output) -> None:
         from seeds._cuda import matrix_map, ptr

@@ -74,22 +74,18 @@ class VitGemmSm100(VitGemm):
                   f'#line {text[:include_end].count(chr(10)) + 1} "vit_gemm_sm100.cu"\n{text[include_end:]}')
         return BuildRecipe(source, "vit_gemm_sm100.cu", "nvcc", flags, "cubin")
 
-    def load(self, artifact: Path, genome):
-        from seeds._cuda import CudaModule
+    kernel_name = "vit_gemm_sm100"
 
-        module = CudaModule(artifact)
-        planned = module.read_ints("vit_gemm_sm100_shared_bytes", 1)[0]
-        if planned != shared_bytes(genome):
-            raise RuntimeError(f"the kernel plans {planned} bytes of shared memory, the spec {shared_bytes(genome)}: "
-                               "vit_gemm_sm100.cu and spec.py disagree")
-        kernel = module.kernel("vit_gemm_sm100")
-        kernel.set_max_dynamic_shared(planned)
-        return kernel, genome.as_dict(), {}
+    def planned_shared_bytes(self, genome) -> int:
+        return shared_bytes(genome)
+
+    def resident_blocks(self, kernel, g, shared: int) -> int:
+        return _multiprocessors()  # one block an SM
 
     def launch(self, kernel, shape, inputs, output) -> None:
         from seeds._cuda import matrix_map, ptr
 
-        function, g, maps = kernel
+        function, g, maps, resident = kernel
         a, w, bias, pos = inputs[:4]
         m, n, k = shape["m"], shape["n"], shape["k"]
         key = (a.data_ptr(), w.data_ptr(), m, n, k)
@@ -97,7 +93,7 @@ class VitGemmSm100(VitGemm):
             maps.clear()
             maps[key] = (matrix_map(a, 64, 128, swizzled=True), matrix_map(w, 64, g["block_n"], swizzled=True))
         tiles = -(-m // 128) * -(-n // g["block_n"])
-        function.launch((min(tiles, _multiprocessors()),), (32 * (2 + g["epilogue_warps"]),),
+        function.launch((min(tiles, resident),), (32 * (2 + g["epilogue_warps"]),),
                         [*maps[key], ptr(bias), ptr(pos), ptr(output), ctypes.c_int(m), ctypes.c_int(n),
                          ctypes.c_int(k), ctypes.c_int(shape["p"])],
                         shared_bytes=shared_bytes(g))
