@@ -125,14 +125,16 @@ class TensorMapBytes(ctypes.Structure):
 
 
 def _encode(tensor, dims: list[int], strides_bytes: list[int], box: list[int], swizzled: bool) -> TensorMapBytes:
-    """cuTensorMapEncodeTiled for a 16-bit tensor: ``dims`` innermost first, out-of-bounds reads as zeros."""
+    """cuTensorMapEncodeTiled for an fp16, bf16 or fp32 tensor: ``dims`` innermost first, out-of-bounds
+    reads as zeros."""
     import torch
 
     driver = _driver()
     types = {torch.float16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-             torch.bfloat16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}
+             torch.bfloat16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+             torch.float32: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}
     if tensor.dtype not in types or not tensor.is_cuda or not tensor.is_contiguous():
-        raise ValueError("a tensor map needs a contiguous fp16 or bf16 CUDA tensor")
+        raise ValueError("a tensor map needs a contiguous fp16, bf16 or fp32 CUDA tensor")
     u64, u32 = driver.cuuint64_t, driver.cuuint32_t
     swizzle = driver.CUtensorMapSwizzle
     encoded = _check("cuTensorMapEncodeTiled", driver.cuTensorMapEncodeTiled(
@@ -160,9 +162,10 @@ def tensor_map(tensor, box_rows: int, *, swizzled: bool) -> TensorMapBytes:
 
 
 def matrix_map(tensor, box_columns: int, box_rows: int, *, swizzled: bool) -> TensorMapBytes:
-    """TMA descriptor of a contiguous 16-bit row-major matrix [rows, columns] (columns % 8 == 0),
-    boxes of ``box_rows`` x ``box_columns``; ``swizzled``: the 128-byte swizzle (box_columns * 2 <= 128)."""
+    """TMA descriptor of a contiguous row-major matrix [rows, columns] whose rows are multiples of
+    16 bytes, boxes of ``box_rows`` x ``box_columns``; ``swizzled``: the 128-byte swizzle (a box
+    row of at most 128 bytes)."""
     if tensor.dim() != 2:
         raise ValueError("matrix_map needs a 2-d tensor")
     rows, columns = tensor.shape
-    return _encode(tensor, [columns, rows], [columns * 2], [box_columns, box_rows], swizzled)
+    return _encode(tensor, [columns, rows], [columns * tensor.element_size()], [box_columns, box_rows], swizzled)

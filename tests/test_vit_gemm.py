@@ -25,7 +25,10 @@ CLUSTERED_PER_TILE = WIDE.replace(cluster=2)
 # cooperative 128 x 256 with pos prefetched into two chunk buffers a consumer (3 stages leave room)
 PREFETCH_TWO = SEED.replace(consumers=2, block_n=256, stages=3, wgmma_depth=2, persistent=True, tile_sync="local",
                             setmaxnreg=True, operand_prefetch=True, prefetch_buffers=2)
-NAMED = (SEED, WIDE, PINGPONG, PREFETCH, ROWWISE, CLUSTERED, CLUSTERED_WIDE, CLUSTERED_PER_TILE, PREFETCH_TWO)
+# the same, pos brought in by TMA boxes (rows past the last patch from a second box)
+PREFETCH_TMA = PREFETCH_TWO.replace(pos_tma=True, prefetch_buffers=1)
+NAMED = (SEED, WIDE, PINGPONG, PREFETCH, ROWWISE, CLUSTERED, CLUSTERED_WIDE, CLUSTERED_PER_TILE, PREFETCH_TWO,
+         PREFETCH_TMA)
 
 
 def test_the_space_mirrors_the_kernel_limits():
@@ -38,6 +41,8 @@ def test_the_space_mirrors_the_kernel_limits():
     assert shared_bytes(PREFETCH) == shared_bytes(PINGPONG) - 256 * 128 + 2 * 128 * 64 * 4 - 2 * 8
     assert shared_bytes(PREFETCH_TWO) == 3 * (128 + 256) * 128 + 2 * 64 * 64 * 2 + 2 * 2 * 64 * 64 * 4 + 14 * 8 + 1024
     assert not space.is_valid(PINGPONG.replace(prefetch_buffers=2))  # only with the prefetch
+    assert not space.is_valid(PINGPONG.replace(pos_tma=True))
+    assert shared_bytes(PREFETCH_TMA) == shared_bytes(PREFETCH_TWO) - 4 * 8  # the same bytes, one buffer (2 boxes)
     assert not space.is_valid(SEED.replace(block_n=256, m_tiles=2))  # 256 accumulators a thread
     assert not space.is_valid(WIDE.replace(block_n=256, m_tiles=2, consumers=1, stages=6))  # shared memory
     assert not space.is_valid(SEED.replace(schedule="pingpong"))  # one consumer cannot take turns

@@ -59,8 +59,11 @@ def staging_bytes(g) -> int:
 
 
 def prefetch_bytes(g) -> int:
-    """The prefetched pos: prefetch_buffers 64-column chunks of fp32 a consumer."""
-    return g["consumers"] * g["prefetch_buffers"] * wg_rows(g) * 64 * 4 if g["operand_prefetch"] else 0
+    """The prefetched pos: prefetch_buffers 64-column chunks of fp32 a consumer (twice, by TMA: the
+    rows past the last patch land in a second buffer)."""
+    if not g["operand_prefetch"]:
+        return 0
+    return g["consumers"] * g["prefetch_buffers"] * wg_rows(g) * 64 * 4 * (2 if g["pos_tma"] else 1)
 
 
 def shared_bytes(g) -> int:
@@ -121,6 +124,8 @@ SPACE = Space(
                                                 "warpgroup's idle warps (cp.async) | read by the consumer in its epilogue"),
         IntRange("prefetch_buffers", 1, 2, description="chunks of prefetched pos a consumer has in shared memory: 1 = "
                                                        "the next is copied once this one is read, 2 = while it is read"),
+        Boolean("pos_tma", description="the prefetch is TMA boxes issued by one thread (rows past the last patch "
+                                       "from a second box) | 16-byte cp.async copies by 96 threads"),
         Boolean("operands_ahead", description="bias and pos of chunk 0 loaded while the tile's last wgmma runs and "
                                               "each next chunk's before this one is finished | each chunk's just before it"),
         IntRange("epi_depth", 1, 3, description="staging slots of the TMA store: 1 converts a chunk once the previous "
@@ -164,6 +169,9 @@ SPACE = Space(
         Constraint("prefetch_buffers_only_with_the_prefetch",
                    lambda g: _implies(not g["operand_prefetch"], g["prefetch_buffers"] == 1),
                    "prefetch_buffers counts the prefetched pos chunks: 1 without operand_prefetch"),
+        Constraint("pos_tma_is_a_way_to_prefetch",
+                   lambda g: _implies(g["pos_tma"], g["operand_prefetch"]),
+                   "pos_tma says how pos is prefetched: it needs operand_prefetch"),
         Constraint("raster_only_matters_when_persistent",
                    lambda g: _implies(not g["persistent"], g["raster"] == "along_n"),
                    "one block a tile launches the tiles in along-N order"),
@@ -172,7 +180,7 @@ SPACE = Space(
 
 SEED = SPACE.genome(dict(block_n=128, consumers=1, m_tiles=1, stages=2, schedule="cooperative", cluster=1, persistent=False,
                          raster="along_n", tile_sync="syncthreads", wgmma_depth=1, store="tma", epilogue_reads="fragment", operand_prefetch=False,
-                         operands_ahead=False, prefetch_buffers=1,
+                         operands_ahead=False, prefetch_buffers=1, pos_tma=False,
                          epi_depth=1,
                          setmaxnreg=False, blocks_per_sm=1))
 
@@ -222,7 +230,7 @@ class VitGemm(KernelFamily):
                       TILE_SYNC=TILE_SYNCS.index(g["tile_sync"]), WGMMA_DEPTH=g["wgmma_depth"],
                       STORE=STORES.index(g["store"]), EPILOGUE_READS=EPILOGUE_READS.index(g["epilogue_reads"]),
                       OPERANDS_AHEAD=int(g["operands_ahead"]), OPERAND_PREFETCH=int(g["operand_prefetch"]),
-                      PREFETCH_BUFFERS=g["prefetch_buffers"],
+                      PREFETCH_BUFFERS=g["prefetch_buffers"], POS_TMA=int(g["pos_tma"]),
                       EPI_DEPTH=g["epi_depth"], SETMAXNREG=int(g["setmaxnreg"]),
                       CONSUMER_REGS=consumer_registers(g), BLOCKS_PER_SM=g["blocks_per_sm"])
         flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
@@ -295,12 +303,16 @@ class VitGemm(KernelFamily):
         function, g, maps, resident = kernel
         a, w, bias, pos = inputs[:4]
         m, n, k = shape["m"], shape["n"], shape["k"]
-        key = (a.data_ptr(), w.data_ptr(), output.data_ptr(), m, n, k)
+        if g["pos_tma"] and shape["p"] < wg_rows(g):
+            raise ValueError(f"pos_tma brings a consumer's {wg_rows(g)} rows of pos in at most two boxes: it needs "
+                             f"P >= {wg_rows(g)}, not {shape['p']}")
+        key = (a.data_ptr(), w.data_ptr(), pos.data_ptr(), output.data_ptr(), m, n, k)
         if key not in maps:  # encoding a tensor map is host work: once per set of buffers
             maps.clear()
             maps[key] = (matrix_map(a, 64, block_m(g), swizzled=True),
                          matrix_map(w, 64, g["block_n"] // g["cluster"], swizzled=True),
-                         matrix_map(output, 64, wg_rows(g), swizzled=True))
+                         matrix_map(output, 64, wg_rows(g), swizzled=True),
+                         matrix_map(pos, 32, wg_rows(g), swizzled=True))
         cluster = g["cluster"]
         blocks = -(-m // (block_m(g) * cluster)) * -(-n // g["block_n"]) * cluster  # whole clusters
         if g["persistent"]:

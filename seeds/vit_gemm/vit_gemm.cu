@@ -39,6 +39,10 @@
 //                on "prefetched full / free" mbarriers); 0: the consumer reads pos from global memory
 //   PREFETCH_BUFFERS  chunks of pos a consumer has in shared memory (OPERAND_PREFETCH): 1 = the next
 //                chunk is copied once this one is read; 2 = while this one is read
+//   POS_TMA      with OPERAND_PREFETCH: one thread (warp 1 of the producer warpgroup) brings each chunk
+//                of pos in by TMA, 32-column boxes of the consumer's rows (128-byte swizzle); where
+//                the consumer's rows pass the last patch P - 1, a second box from row p0 - P brings the
+//                wrapped rows into a second buffer (the TMA zero-fills rows outside 0..P - 1)
 //   EPI_DEPTH    staging slots a consumer cycles through (STORE 0): 1 = convert a chunk only once the
 //                previous chunk's store has read its slot (serial); 2, 3 = overlapped with the stores
 //   SETMAXNREG   0: every thread gets the launch bound's registers; 1: the producer gives registers
@@ -104,7 +108,8 @@ constexpr int SLOT_BYTES = WG_ROWS * CHUNK * 2;
 constexpr int STAGING_BYTES = EPILOGUE_READS == 1 ? CONSUMERS * WG_ROWS * ROWWISE_STRIDE * 4
                               : STORE == 0          ? CONSUMERS * EPI_DEPTH * SLOT_BYTES
                                                     : 0;
-constexpr int PREFETCH_BYTES = OPERAND_PREFETCH ? CONSUMERS * PREFETCH_BUFFERS * WG_ROWS * CHUNK * 4 : 0;
+constexpr int PREFETCH_BYTES = OPERAND_PREFETCH ? CONSUMERS * PREFETCH_BUFFERS * WG_ROWS * CHUNK * 4 * (POS_TMA ? 2 : 1) : 0;
+constexpr int POS_BOX_BYTES = WG_ROWS * 128;  // a TMA box of pos: the consumer's rows, 32 fp32 columns
 constexpr int BARRIER_BYTES = (2 * STAGES + 2 * CONSUMERS * PREFETCH_BUFFERS) * 8;
 constexpr int SHARED_BYTES = STAGES * STAGE_BYTES + STAGING_BYTES + PREFETCH_BYTES + BARRIER_BYTES + 1024;  // + alignment slack
 #define PREFETCHERS 96  // the producer warpgroup's warps 1..3
@@ -197,7 +202,7 @@ __device__ __forceinline__ int prefetched_index(int t, int h, int jj, int thread
 }
 
 // the consumer's sequence-th chunk: its buffer sequence % PREFETCH_BUFFERS, round sequence / PREFETCH_BUFFERS
-__device__ __forceinline__ void take_prefetched(ChunkOperands& o, int chunk, int col0, int N,
+__device__ __forceinline__ void take_prefetched(ChunkOperands& o, int chunk, int row0, int col0, int N, int P,
                                                 const float* __restrict__ bias, const float2* buffers,
                                                 uint64_t* full, uint64_t* free, int sequence) {
 #if EPILOGUE_READS == 0
@@ -208,16 +213,60 @@ __device__ __forceinline__ void take_prefetched(ChunkOperands& o, int chunk, int
         o.bias[jj] = col < N ? *reinterpret_cast<const float2*>(bias + col) : make_float2(0.f, 0.f);
     }
     const int b = sequence % PREFETCH_BUFFERS;
-    const float2* prefetched = buffers + b * WG_ROWS * CHUNK / 2;
+    const float2* prefetched = buffers + b * (PREFETCH_BYTES / (CONSUMERS * PREFETCH_BUFFERS * 8));
     barrier_wait(full + b, (sequence / PREFETCH_BUFFERS) & 1);
 #pragma unroll
     for (int t = 0; t < M_TILES; ++t)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+        for (int h = 0; h < 2; ++h) {
+#if POS_TMA
+            // row r of the consumer's rows: in the first buffer while row0 % P + r < P, else in the second;
+            // its 16-byte column group g of a 32-column box sits at group g ^ (r % 8)
+            const int r = at.fragment_row(t, h);
+            const unsigned char* box = reinterpret_cast<const unsigned char*>(prefetched) +
+                                       (row0 % P + r < P ? 0 : 2 * POS_BOX_BYTES) + r * 128;
+#pragma unroll
+            for (int jj = 0; jj < CHUNK / 8; ++jj) {
+                const int c = at.fragment_col(jj);  // 0..63: box c / 32, byte (c % 32) * 4 of its row
+                o.pos[t][h][jj] = *reinterpret_cast<const float2*>(
+                    box + (c / 32) * POS_BOX_BYTES + ((((c % 32) / 4) ^ (r % 8)) * 16) + (c % 4) * 4);
+            }
+#else
 #pragma unroll
             for (int jj = 0; jj < CHUNK / 8; ++jj) o.pos[t][h][jj] = prefetched[prefetched_index(t, h, jj, threadIdx.x % 128)];
+#endif
+        }
     barrier_arrive(free + b);
 #endif
+}
+
+// POS_TMA: one thread brings every chunk every consumer finishes, in the consumers' order, into the
+// consumer's next buffer once the consumer has read what it held
+__device__ void load_pos(const Tiles& tiles, int owned, int N, int P, const TensorMap* pos_map, unsigned char* buffers,
+                         uint64_t* full, uint64_t* free) {
+    int sequence[CONSUMERS] = {};
+    for (int i = 0; i < owned; ++i) {
+        const int2 origin = tiles.origin(i);
+        for (int chunk = 0; chunk < BLOCK_N / CHUNK && origin.y + chunk * CHUNK < N; ++chunk) {
+#pragma unroll
+            for (int c = 0; c < CONSUMERS; ++c) {
+                if (SCHEDULE == 1 && i % 2 != c) continue;
+                const int p0 = (origin.x + (SCHEDULE == 1 ? 0 : c * WG_ROWS)) % P;
+                const int b = c * PREFETCH_BUFFERS + sequence[c] % PREFETCH_BUFFERS, round = sequence[c] / PREFETCH_BUFFERS;
+                if (round > 0) barrier_wait(free + b, (round - 1) & 1);
+                unsigned char* buffer = buffers + b * 4 * POS_BOX_BYTES;
+                const bool wraps = p0 + WG_ROWS > P;
+                barrier_expect_bytes(full + b, (wraps ? 4 : 2) * POS_BOX_BYTES);
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const int col = origin.y + chunk * CHUNK + 32 * half;
+                    tma_load(buffer + half * POS_BOX_BYTES, pos_map, col, p0, full + b);
+                    if (wraps) tma_load(buffer + (2 + half) * POS_BOX_BYTES, pos_map, col, p0 - P, full + b);
+                }
+                ++sequence[c];
+            }
+        }
+    }
 }
 
 // 16 bytes global -> shared without registers; zero-filled when !inside
@@ -284,7 +333,8 @@ __device__ __forceinline__ void epilogue(float (&acc)[M_TILES][ACC], ChunkOperan
         if (col0 + chunk * CHUNK >= N) break;  // the same for every thread of the warpgroup
         const ChunkOperands& o = ops[chunk % 2];
         if (OPERAND_PREFETCH)
-            take_prefetched(ops[chunk % 2], chunk, col0, N, bias, prefetched, prefetched_full, prefetched_free, chunk_sequence);
+            take_prefetched(ops[chunk % 2], chunk, row0, col0, N, P, bias, prefetched, prefetched_full, prefetched_free,
+                            chunk_sequence);
         else if (!OPERANDS_AHEAD) load_operands(ops[chunk % 2], chunk, row0, col0, M, N, P, bias, pos);
         else if (chunk + 1 < BLOCK_N / CHUNK) load_operands(ops[(chunk + 1) % 2], chunk + 1, row0, col0, M, N, P, bias, pos);
 #if EPILOGUE_READS == 1
@@ -430,8 +480,9 @@ __device__ void produce(const Tiles& tiles, int owned, int k_tiles, const Tensor
 
 extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM) CLUSTER_DIMS
 vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ TensorMap w_map,
-         const __grid_constant__ TensorMap c_map, const float* __restrict__ bias, const float* __restrict__ pos,
-         __nv_bfloat16* __restrict__ C, int M, int N, int K, int P) {
+         const __grid_constant__ TensorMap c_map, const __grid_constant__ TensorMap pos_map,
+         const float* __restrict__ bias, const float* __restrict__ pos, __nv_bfloat16* __restrict__ C, int M, int N,
+         int K, int P) {
     extern __shared__ unsigned char raw[];
     // the 128-byte swizzle repeats every 1024 bytes: stages and slots start on a 1024-byte boundary
     // (the same offset in every block: a multicast lands at its place in each)
@@ -452,7 +503,7 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
             barrier_init(empty + s, SHARERS * CLUSTER);
         }
         for (int b = 0; b < CONSUMERS * PREFETCH_BUFFERS; ++b) {
-            barrier_init(prefetched_full + b, PREFETCHERS);
+            barrier_init(prefetched_full + b, POS_TMA ? 1 : PREFETCHERS);
             barrier_init(prefetched_free + b, 128);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -468,9 +519,13 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGS));
 #endif
 #if OPERAND_PREFETCH  // (with TILE_SYNC 1: no block-wide barrier to meet)
-        if (threadIdx.x >= 32)
-            prefetch_operands(tiles, owned, M, N, P, pos, prefetched, prefetched_full, prefetched_free);
-        else
+        if (threadIdx.x >= 32) {
+            if (!POS_TMA)
+                prefetch_operands(tiles, owned, M, N, P, pos, prefetched, prefetched_full, prefetched_free);
+            else if (threadIdx.x == 32)
+                load_pos(tiles, owned, N, P, &pos_map, reinterpret_cast<unsigned char*>(prefetched), prefetched_full,
+                         prefetched_free);
+        } else
 #endif
             produce(tiles, owned, k_tiles, &a_map, &w_map, smem, full, empty);
     } else {
@@ -523,7 +578,7 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
             if (i + 1 < owned) named_arrive(3 + (1 - consumer), 256);  // the other consumer's turn
 #endif
             epilogue(acc, ops, origin.x + a_row0, origin.y, M, N, P, bias, pos, C, &c_map, slots, consumer,
-                     prefetched + consumer * PREFETCH_BUFFERS * WG_ROWS * CHUNK / 2,
+                     prefetched + consumer * PREFETCH_BYTES / (CONSUMERS * 8),
                      prefetched_full + consumer * PREFETCH_BUFFERS, prefetched_free + consumer * PREFETCH_BUFFERS,
                      chunk_sequence);
 #if TILE_SYNC == 0
