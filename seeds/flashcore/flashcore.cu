@@ -85,9 +85,12 @@ struct SharedStages {
     __device__ void wait_k(int t) { barrier_wait(full_k + t % STAGES, (t / STAGES) & 1); }
     __device__ void wait_v(int t) { barrier_wait(full_v + t % STAGES, (t / STAGES) & 1); }
 
-    // every warp, done with tile t: one arrival at each block of the cluster, if a later tile refills the stage
+    // every warp, done with tile t: one arrival at each block of the cluster, if a later tile refills the stage.
+    // The refill is a TMA write (async proxy) after this warp's ldmatrix reads (generic proxy): the fence
+    // orders them, so that no read still in flight sees the next tile
     __device__ void release(int t, int tiles) {
         if (t + STAGES >= tiles) return;
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         __syncwarp();
         if (threadIdx.x % 32 < KV_SHARE) barrier_arrive_peer(empty + t % STAGES, threadIdx.x % 32);
     }

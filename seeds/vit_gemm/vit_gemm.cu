@@ -236,6 +236,12 @@ __device__ __forceinline__ void take_prefetched(ChunkOperands& o, int chunk, int
             for (int jj = 0; jj < CHUNK / 8; ++jj) o.pos[t][h][jj] = prefetched[prefetched_index(t, h, jj, threadIdx.x % 128)];
 #endif
         }
+#if POS_TMA
+    // the next TMA write into this buffer is in the async proxy: order these generic-proxy reads
+    // before it (without the fence a read still in flight could see the next chunk: wrong pos in
+    // 1-5 of 40 launches on the H100)
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
     barrier_arrive(free + b);
 #endif
 }
