@@ -2,12 +2,12 @@
 
 C[b * P + p, n] = bf16(sum_k A[b * P + p, k] * W[n, k] + bias[n] + pos[p, n]), A bf16 [M, K],
 W bf16 [N, K] (K-major, as nn.Linear and the patch convolution keep it), bias fp32 [N], pos fp32
-[P, N], fp32 accumulation. One CUDA source (vit_gemm.cu): TMA loads into a ring of stages on
-mbarriers, a producer warpgroup and one or two consumer warpgroups (sharing a tile, or ping-pong)
-multiplying with wgmma from shared memory, clusters of two blocks sharing W by TMA multicast (the
-persistent grid sized by the driver's count of clusters that fit at once), a persistent tile loop,
-and the epilogue's reads, prefetch
-and store path as knobs (see the source's header).
+[P, N], fp32 accumulation. One CUDA translation unit (vit_gemm_parts.cuh, vit_gemm_epilogue.cuh,
+vit_gemm.cu): TMA loads into a ring of stages on mbarriers, a producer warpgroup and one or two
+consumer warpgroups (sharing a tile, or ping-pong) multiplying with wgmma from shared memory,
+clusters of two blocks sharing W by TMA multicast (the persistent grid sized by the driver's count
+of clusters that fit at once), a persistent tile loop, and the epilogue's reads, prefetch and store
+path as knobs (see vit_gemm.cu's header).
 """
 
 from __future__ import annotations
@@ -20,19 +20,19 @@ from kernel_genome import Boolean, Choice, Constraint, IntRange, PowerOfTwo, Spa
 from seeds._family import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance, shape
 
 HERE = Path(__file__).parent
-SOURCE = HERE / "vit_gemm.cu"
+SOURCES = tuple(HERE / name for name in ("vit_gemm_parts.cuh", "vit_gemm_epilogue.cuh", "vit_gemm.cu"))
 HOPPER = HERE.parent / "_hopper.cuh"  # the Hopper pieces shared with flashcore
 SMEM_LIMIT = 227 * 1024  # one block
 SMEM_PER_SM = 228 * 1024  # all the blocks of an SM (each also reserves 1 KiB for the system)
 REGISTER_MARGIN = 24  # registers a consumer thread needs beside its accumulators (descriptors, loop, addresses)
 WGMMA_REGISTERS = 26  # ptxas needs one wgmma's block_n / 2 accumulators plus this many within the launch bound
-PRODUCER_REGS = 40  # what the producer warpgroup keeps with setmaxnreg (PRODUCER_REGS in vit_gemm.cu)
+PRODUCER_REGS = 40  # what the producer warpgroup keeps with setmaxnreg (PRODUCER_REGS in vit_gemm_parts.cuh)
 STORES = ("tma", "direct4", "direct16")
 SCHEDULES = ("cooperative", "pingpong")
 RASTERS = ("along_n", "along_m")
 TILE_SYNCS = ("syncthreads", "local")
 EPILOGUE_READS = ("fragment", "rowwise")
-ROWWISE_STRIDE = 64 + 8  # floats a row of the fp32 staging (ROWWISE_STRIDE in vit_gemm.cu)
+ROWWISE_STRIDE = 64 + 8  # floats a row of the fp32 staging (ROWWISE_STRIDE in vit_gemm_parts.cuh)
 
 
 def wg_rows(g) -> int:
@@ -67,7 +67,7 @@ def prefetch_bytes(g) -> int:
 
 
 def shared_bytes(g) -> int:
-    """Dynamic shared memory of a block; mirrors SHARED_BYTES in vit_gemm.cu."""
+    """Dynamic shared memory of a block; mirrors SHARED_BYTES in vit_gemm_parts.cuh."""
     barriers = (2 * g["stages"] + 2 * g["consumers"] * g["prefetch_buffers"]) * 8
     return g["stages"] * stage_bytes(g) + staging_bytes(g) + prefetch_bytes(g) + barriers + 1024
 
@@ -89,7 +89,7 @@ def consumer_registers(g) -> int:
 
 
 def operand_registers(g) -> int:
-    """Registers holding one chunk's bias and pos (ChunkOperands in vit_gemm.cu), twice when loaded ahead."""
+    """Registers holding one chunk's bias and pos (ChunkOperands in vit_gemm_epilogue.cuh), twice when loaded ahead."""
     one = 4 + wg_rows(g) // 8 * 4 if g["epilogue_reads"] == "rowwise" else 16 + 32 * g["m_tiles"]
     return one * (2 if g["operands_ahead"] else 1)
 
@@ -235,11 +235,13 @@ class VitGemm(KernelFamily):
                       CONSUMER_REGS=consumer_registers(g), BLOCKS_PER_SM=g["blocks_per_sm"])
         flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
             f"-D{k}={v}" for k, v in sorted(macros.items()))
-        text = SOURCE.read_text()
+        parts, *rest = SOURCES
+        text = parts.read_text()
         include_end = text.index("#include <stdint.h>") + len("#include <stdint.h>\n")
-        source = (f'#line 1 "vit_gemm.cu"\n{text[:include_end]}#line 1 "_hopper.cuh"\n{HOPPER.read_text()}'
+        source = (f'#line 1 "{parts.name}"\n{text[:include_end]}#line 1 "_hopper.cuh"\n{HOPPER.read_text()}'
                   f'{_wgmma_wrapper(g["block_n"])}'
-                  f'#line {text[:include_end].count(chr(10)) + 1} "vit_gemm.cu"\n{text[include_end:]}')
+                  f'#line {text[:include_end].count(chr(10)) + 1} "{parts.name}"\n{text[include_end:]}'
+                  + "".join(f'#line 1 "{path.name}"\n{path.read_text()}' for path in rest))
         return BuildRecipe(source, "vit_gemm.cu", "nvcc", flags, "cubin")
 
     def check_shape(self, shape: ProblemShape) -> None:

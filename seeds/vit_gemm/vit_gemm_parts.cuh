@@ -1,0 +1,101 @@
+// vit_gemm (see vit_gemm.cu): macros, helpers, the shared-memory plan, the tile order, the fragment layout.
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#define BLOCK_K 64  // one 128-byte swizzle atom of bf16
+#define WG_ROWS (64 * M_TILES)
+#if SCHEDULE == 1
+#define BLOCK_M WG_ROWS
+#define SHARERS 1  // consumer warpgroups reading one stage
+#else
+#define BLOCK_M (WG_ROWS * CONSUMERS)
+#define SHARERS CONSUMERS
+#endif
+#define THREADS (128 * (CONSUMERS + 1))
+#define ACC (BLOCK_N / 2)  // fp32 accumulators a thread holds per m64 tile
+#define CHUNK 64           // epilogue columns at a time: one 128-byte row of bf16
+#define PRODUCER_REGS 40
+
+__device__ __forceinline__ void tma_store(const TensorMap* map, int column, int row, const void* src) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+                 ::"l"(reinterpret_cast<uint64_t>(map)), "r"(column), "r"(row), "r"(smem_address(src)) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+template <int PENDING>  // at most PENDING of this thread's TMA stores still reading shared memory
+__device__ __forceinline__ void tma_store_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(PENDING) : "memory");
+}
+
+// wgmma operand descriptor of a K-major tile whose rows are 128 bytes, 128-byte swizzled
+// (8-row groups 1024 bytes apart), starting at `tile`
+__device__ __forceinline__ uint64_t descriptor(const void* tile) {
+    const uint64_t address = smem_address(tile);
+    return ((address & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int PENDING>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(PENDING) : "memory"); }
+
+// named barriers: 0 is __syncthreads; 1 + c: consumer c's staging slots; 3 + c: consumer c's turn (ping-pong)
+__device__ __forceinline__ void named_sync(int id, int count) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int count) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
+// shared memory: STAGES x (A slice, W slice), each consumer's staging, each consumer's prefetched
+// bias + pos chunk (OPERAND_PREFETCH), then the barriers: full and empty of every stage, and a
+// consumer's prefetched chunk full and free
+constexpr int A_STAGE = BLOCK_M * BLOCK_K * 2, W_STAGE = BLOCK_N * BLOCK_K * 2;
+constexpr int STAGE_BYTES = A_STAGE + W_STAGE;
+constexpr int SLOT_BYTES = WG_ROWS * CHUNK * 2;
+#define ROWWISE_STRIDE (CHUNK + 8)  // floats
+constexpr int STAGING_BYTES = EPILOGUE_READS == 1 ? CONSUMERS * WG_ROWS * ROWWISE_STRIDE * 4
+                              : STORE == 0          ? CONSUMERS * EPI_DEPTH * SLOT_BYTES
+                                                    : 0;
+constexpr int PREFETCH_BYTES = OPERAND_PREFETCH ? CONSUMERS * PREFETCH_BUFFERS * WG_ROWS * CHUNK * 4 * (POS_TMA ? 2 : 1) : 0;
+constexpr int POS_BOX_BYTES = WG_ROWS * 128;  // a TMA box of pos: the consumer's rows, 32 fp32 columns
+constexpr int BARRIER_BYTES = (2 * STAGES + 2 * CONSUMERS * PREFETCH_BUFFERS) * 8;
+constexpr int SHARED_BYTES = STAGES * STAGE_BYTES + STAGING_BYTES + PREFETCH_BYTES + BARRIER_BYTES + 1024;  // + alignment slack
+#define PREFETCHERS 96  // the producer warpgroup's warps 1..3
+
+// The tiles of C in the order the clusters take them: a unit is CLUSTER tiles stacked along M (one
+// tile without a cluster), unit u goes to cluster u % clusters, and block `rank` of the cluster takes
+// the unit's rank-th tile (past M when M has fewer tiles: its rows read as zeros and are not stored)
+struct Tiles {
+    int m_units, n_count;
+    __device__ Tiles(int M, int N)
+        : m_units((M + BLOCK_M * CLUSTER - 1) / (BLOCK_M * CLUSTER)), n_count((N + BLOCK_N - 1) / BLOCK_N) {}
+    __device__ static int cluster() { return blockIdx.x / CLUSTER; }
+    __device__ static int clusters() { return gridDim.x / CLUSTER; }
+    __device__ static int rank() { return blockIdx.x % CLUSTER; }
+    __device__ int count() const { return m_units * n_count; }
+    __device__ int owned() const {  // tiles this block computes: as many as its cluster's other blocks
+        return cluster() < count() ? (count() - cluster() + clusters() - 1) / clusters() : 0;
+    }
+    __device__ int2 origin(int local) const {  // (row0, col0) of this block's local-th tile
+        const int u = cluster() + local * clusters();
+#if RASTER == 0
+        return make_int2((u / n_count * CLUSTER + rank()) * BLOCK_M, u % n_count * BLOCK_N);
+#else
+        return make_int2((u % m_units * CLUSTER + rank()) * BLOCK_M, u / m_units * BLOCK_N);
+#endif
+    }
+};
+
+// Where a thread's epilogue values sit: its rows and columns of a 64-column chunk
+struct Place {
+    int warp, lane;
+    __device__ Place() : warp((threadIdx.x / 32) % 4), lane(threadIdx.x % 32) {}
+    // the accumulators' layout: row of m64 tile t, half h; column of 8-column group jj (a pair)
+    __device__ int fragment_row(int t, int h) const { return t * 64 + warp * 16 + lane / 4 + h * 8; }
+    __device__ int fragment_col(int jj) const { return 8 * jj + 2 * (lane % 4); }
+    // the row-wise walk: 16 lanes a row, 4 columns a lane, row i-th of the thread
+    __device__ int rowwise_row(int i) const { return (threadIdx.x % 128) / 16 + 8 * i; }
+    __device__ int rowwise_col() const { return 4 * (lane % 16); }
+};
+
