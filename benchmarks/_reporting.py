@@ -32,3 +32,40 @@ def evaluated(family, genome, builder, evaluator):
         print(f"{genome.id}: {result.status.value}: {result.message}", file=sys.stderr)
         return None
     return build, result
+
+
+def add_genome_arguments(parser) -> None:
+    """The report scripts' ways of naming kernels: a run's best, genomes as JSON, the seed."""
+    parser.add_argument("--db", help="database of a search run (with --run)")
+    parser.add_argument("--run", type=int, help="run id whose best kernel to report")
+    parser.add_argument("--genome", action="append", default=[], help="a genome as JSON (repeatable)")
+    parser.add_argument("--seed", action="store_true", help="include the seed genome")
+
+
+def launch_each(family, genomes: dict, shapes, max_abs_error: float) -> None:
+    """Build each genome, launch it once per shape on fresh inputs into a NaN-poisoned output and check
+    the output against the family's reference (what compute-sanitizer watches)."""
+    import tempfile
+    from pathlib import Path
+
+    import torch
+
+    from fitness import BuildConfig, Builder
+
+    builder = Builder(BuildConfig(Path(tempfile.mkdtemp())))
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    for name, genome in genomes.items():
+        assert family.space.is_valid(genome), (name, family.space.violations(genome))
+        build = builder.build(genome.id, family.build_recipe(genome))
+        path = Path(tempfile.mkdtemp()) / "k.cubin"
+        path.write_bytes(build.artifact)
+        kernel = family.load(path, genome)
+        for shape in shapes:
+            inputs = family.make_inputs(shape, generator)
+            out = family.make_output(shape).fill_(float("nan"))
+            family.launch(kernel, shape, inputs, out)
+            torch.cuda.synchronize()
+            error = (out.double() - family.reference(shape, inputs).double()).abs().max().item()
+            print(f"{name} {genome.id} {shape.name}: max abs error {error:.5f}", flush=True)
+            assert error < max_abs_error, (name, shape.name, error)
+    print("all launched")

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _reporting import best_genome, evaluated
+from _reporting import add_genome_arguments, best_genome, evaluated
 from fitness import BuildConfig, Builder, EvalConfig, Evaluator
 from fitness.score import format_seconds
 from seeds import get_family
@@ -38,10 +38,7 @@ def parse_shape(text: str):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", help="database of a search run (with --run)")
-    parser.add_argument("--run", type=int, help="run id whose best kernel to report")
-    parser.add_argument("--genome", action="append", default=[], help="a genome as JSON (repeatable)")
-    parser.add_argument("--seed", action="store_true", help="include the seed genome")
+    add_genome_arguments(parser)
     parser.add_argument("--shapes", nargs="+", default=list(DEFAULT_SHAPES), help="B,H,S,D (non-causal)")
     parser.add_argument("--json", help="also write the rows as JSON here")
     args = parser.parse_args()

@@ -8,13 +8,10 @@ LARGE_TILES, a cluster key split of 2 (DSMEM merge) and the seed; shapes with an
 causal and not, D = 64 and 128. Outputs are NaN-poisoned before each launch.
 """
 import sys
-import tempfile
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from fitness import BuildConfig, Builder
+from _reporting import launch_each
 from seeds import get_family
 from seeds.flashcore.spec import attention_shape
 from test_flashcore import FA2_LIKE, LARGE_TILES, SHARED_STAGES
@@ -27,19 +24,4 @@ genomes = {"search best (bounded run)": best, "2nd best": second, "SHARED_STAGES
            "LARGE_TILES": LARGE_TILES, "cluster split 2": cluster, "seed": fam.seed_genomes[0]}
 shapes = [attention_shape("mission", 1, 8, 512, 64), attention_shape("ragged", 2, 4, 300, 64, causal=True),
           attention_shape("d128", 1, 8, 512, 128), attention_shape("d128ragged", 1, 2, 200, 128, causal=True)]
-builder = Builder(BuildConfig(Path(tempfile.mkdtemp())))
-gen = torch.Generator(device="cuda").manual_seed(0)
-for name, g in genomes.items():
-    assert fam.space.is_valid(g), (name, fam.space.violations(g))
-    b = builder.build(g.id, fam.build_recipe(g))
-    path = Path(tempfile.mkdtemp()) / "k.cubin"; path.write_bytes(b.artifact)
-    kernel = fam.load(path, g)
-    for s in shapes:
-        inputs = fam.make_inputs(s, gen)
-        out = fam.make_output(s).fill_(float("nan"))
-        fam.launch(kernel, s, inputs, out)
-        torch.cuda.synchronize()
-        err = (out.float() - fam.reference(s, inputs)).abs().max().item()
-        print(f"{name} {g.id} {s.name}: max abs error {err:.5f}", flush=True)
-        assert err < 0.02
-print("all launched")
+launch_each(fam, genomes, shapes, max_abs_error=0.02)

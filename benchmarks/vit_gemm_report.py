@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _reporting import best_genome, evaluated
+from _reporting import add_genome_arguments, best_genome, evaluated
 from fitness import BuildConfig, Builder, EvalConfig, Evaluator
 from fitness.score import format_seconds
 from seeds import get_family
@@ -30,10 +30,7 @@ from seeds import get_family
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", help="database of a search run (with --run)")
-    parser.add_argument("--run", type=int, help="run id whose best kernel to report")
-    parser.add_argument("--genome", action="append", default=[], help="a genome as JSON (repeatable)")
-    parser.add_argument("--seed", action="store_true", help="include the seed genome")
+    add_genome_arguments(parser)
     parser.add_argument("--rounds", type=int, default=7, help="rounds of timing every kernel and anchor in turn")
     parser.add_argument("--heat", type=float, default=10.0, help="seconds of load before timing")
     parser.add_argument("--json", help="also write the rows as JSON here")
