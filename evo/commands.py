@@ -110,10 +110,10 @@ def cmd_search(args, console: Console) -> int:
     except ValueError as exc:
         raise BadInput(str(exc)) from None
     database = _database(args, must_exist=False)
-    if family.device == "cuda" and args.ray_address is None and not _local_gpu():
-        raise BadInput(f"family {family.name} runs on a CUDA GPU and this machine has none "
-                       f"(use --ray-address for a cluster with GPUs, or a CPU family such as --family cpu_gemm)")
     if family.device == "cuda" and args.ray_address is None:
+        if not _local_gpu():
+            raise BadInput(f"family {family.name} runs on a CUDA GPU and this machine has none "
+                           f"(use --ray-address for a cluster with GPUs, or a CPU family such as --family cpu_gemm)")
         runs, why = family.runs_here()
         if not runs:
             raise BadInput(f"family {family.name} is built but unverified on this machine: {why} "
