@@ -21,7 +21,7 @@
 //                together; each brings in half of the W slice and multicasts it to both (W crosses
 //                from L2 once per pair); a stage is refilled when the consumers of both blocks are done
 //   RASTER       tile order: 0 along N (the tiles of one row band run together and share A in L2), 1 along M
-//   TILE_SYNC    0: the whole block meets at a __syncthreads after every tile (the producer cannot run
+//   TILE_SYNC    0: the whole block meets at barrier 0 after every tile (the producer cannot run
 //                into the next tile); 1: no block-wide barrier: only the ring's mbarriers, each
 //                consumer's own named barrier around its staging slots, and the TMA store groups
 //   WGMMA_DEPTH  1: wait for each K slice's wgmma group before releasing its stage; 2: keep one
@@ -88,7 +88,7 @@ __device__ void produce(const Tiles& tiles, int owned, int k_tiles, const Tensor
         }
 #if TILE_SYNC == 0
         __syncwarp();
-        __syncthreads();  // the block's rendezvous after tile i
+        block_rendezvous();  // after tile i
 #endif
     }
 }
@@ -162,7 +162,7 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
 #if SCHEDULE == 1
             if (i % 2 != consumer) {  // the other consumer's tile
 #if TILE_SYNC == 0
-                __syncthreads();
+                block_rendezvous();
 #endif
                 continue;
             }
@@ -203,7 +203,7 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
                      prefetched_full + consumer * PREFETCH_BUFFERS, prefetched_free + consumer * PREFETCH_BUFFERS,
                      chunk_sequence);
 #if TILE_SYNC == 0
-            __syncthreads();
+            block_rendezvous();
 #endif
         }
 #if STORE == 0

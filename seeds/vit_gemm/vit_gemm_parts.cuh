@@ -39,13 +39,17 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int PENDING>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(PENDING) : "memory"); }
 
-// named barriers: 0 is __syncthreads; 1 + c: consumer c's staging slots; 3 + c: consumer c's turn (ping-pong)
+// named barriers: 0 is the whole block (block_rendezvous); 1 + c: consumer c's staging slots; 3 + c: consumer c's turn (ping-pong)
 __device__ __forceinline__ void named_sync(int id, int count) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 __device__ __forceinline__ void named_arrive(int id, int count) {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
+// the whole block's rendezvous after a tile (TILE_SYNC 0), reached from the producer's and the
+// consumers' own call sites: barrier 0 in its non-aligned form, which allows that (__syncthreads is
+// the aligned form, which requires every thread to execute the same instruction)
+__device__ __forceinline__ void block_rendezvous() { asm volatile("barrier.sync 0;" ::: "memory"); }
 
 // shared memory: STAGES x (A slice, W slice), each consumer's staging, each consumer's prefetched
 // bias + pos chunk (OPERAND_PREFETCH), then the barriers: full and empty of every stage, and a
