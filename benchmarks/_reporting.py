@@ -42,9 +42,10 @@ def add_genome_arguments(parser) -> None:
     parser.add_argument("--seed", action="store_true", help="include the seed genome")
 
 
-def launch_each(family, genomes: dict, shapes, max_abs_error: float) -> None:
-    """Build each genome, launch it once per shape on fresh inputs into a NaN-poisoned output and check
-    the output against the family's reference (what compute-sanitizer watches)."""
+def launch_each(family, genomes: dict, shapes, max_abs_error: float, launches: int = 2) -> None:
+    """Build each genome, launch it `launches` times per shape, each on fresh inputs into a NaN-poisoned
+    output, and check every output against the family's reference (what compute-sanitizer watches;
+    the second launch meets whatever state a kernel keeps between launches, e.g. ticket counters)."""
     import tempfile
     from pathlib import Path
 
@@ -60,7 +61,7 @@ def launch_each(family, genomes: dict, shapes, max_abs_error: float) -> None:
         path = Path(tempfile.mkdtemp()) / "k.cubin"
         path.write_bytes(build.artifact)
         kernel = family.load(path, genome)
-        for shape in shapes:
+        for shape in [s for s in shapes for _ in range(launches)]:
             inputs = family.make_inputs(shape, generator)
             out = family.make_output(shape).fill_(float("nan"))
             family.launch(kernel, shape, inputs, out)

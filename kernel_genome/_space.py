@@ -28,9 +28,15 @@ class Constraint:
 
 
 class Space:
-    """An immutable set of knobs and constraints; the factory and judge of genomes."""
+    """An immutable set of knobs and constraints; the factory and judge of genomes.
 
-    def __init__(self, knobs: list[Knob] | tuple[Knob, ...], constraints=()) -> None:
+    ``added_later`` names knobs added to a space after genomes of it were stored, each with the
+    value that reproduces what those genomes built (the knob's "off" setting): a stored genome
+    without such a knob reads as having that value.
+    """
+
+    def __init__(self, knobs: list[Knob] | tuple[Knob, ...], constraints=(),
+                 added_later: Mapping[str, KnobValue] | None = None) -> None:
         names = [k.name for k in knobs]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -39,6 +45,7 @@ class Space:
             raise ValueError("a space needs at least one knob")
         self._knobs: dict[str, Knob] = {k.name: k for k in sorted(knobs, key=lambda k: k.name)}
         self._constraints: tuple[Constraint, ...] = tuple(constraints)
+        self._added_later = {name: self.knob(name).validate(value) for name, value in (added_later or {}).items()}
 
     @property
     def knobs(self) -> tuple[Knob, ...]:
@@ -66,12 +73,14 @@ class Space:
         """Validate a full setting of every knob (not the constraints) and return its genome.
 
         Raises ``ValueError`` naming an unknown knob, a missing knob or a value outside a domain.
+        A missing knob the space added later reads as its ``added_later`` value.
         """
         if not isinstance(values, Mapping):
             raise ValueError(f"a genome must be a mapping of knob names to values, not {type(values).__name__}")
         for name in values:
             if name not in self._knobs:
                 raise ValueError(f"unknown knob {name!r}; known knobs: {list(self._knobs)}")
+        values = {**self._added_later, **values}
         missing = [n for n in self._knobs if n not in values]
         if missing:
             raise ValueError(f"genome is missing knob(s) {missing}")

@@ -18,6 +18,9 @@ LARGE_TILES = FA2_LIKE.replace(block_m=128, block_n_d64=128, warps_d64=4, block_
                                q_in_registers=False)
 # the mission-shape design point with its K/V stages shared by a cluster of 2 blocks (TMA multicast)
 SHARED_STAGES = FA2_LIKE.replace(block_m=32, warps_d64=8, block_n_d128=32, warps_d128=8, kv_split=4, kv_share_d64=2)
+# the mission-shape design point whose keys are split over 2 blocks of the grid (merged through a
+# global workspace by the last block to finish): 64 query rows, 8 warps = 4 row groups x 2 key splits
+GRID_SPLIT = FA2_LIKE.replace(warps_d64=8, warps_d128=8, kv_split=2, grid_kv_split=2)
 
 
 def test_covering_sample_covers_every_value():
@@ -36,7 +39,7 @@ def test_unsupported_head_dimension_is_rejected_clearly():
 def test_every_knob_value_compiles_and_the_design_points_pass_the_screen(cache_dir):
     builder = Builder(BuildConfig(cache_dir))
     for genome in [FAMILY.seed_genomes[0], FA2_LIKE, LARGE_TILES, FA2_LIKE.replace(block_m=16, kv_split=4),
-                   SHARED_STAGES]:
+                   SHARED_STAGES, GRID_SPLIT]:
         recipe = FAMILY.build_recipe(genome)
         result = screen(builder.build(genome.id, recipe), recipe.output, FAMILY.screen_limits)
         assert result.status is Status.OK, f"{genome}: {result.message}"
@@ -65,6 +68,10 @@ def test_constraints_exclude_what_the_kernel_cannot_build():
     assert not space.is_valid(SHARED_STAGES.replace(kv_loads="plain"))  # the stages are a pipeline
     assert not space.is_valid(SHARED_STAGES.replace(cluster_kv_split=2))  # one cluster dimension
     assert not space.is_valid(FAMILY.seed_genomes[0].replace(kv_share_d64=2))  # fused path only
+    assert space.is_valid(GRID_SPLIT) and space.is_valid(GRID_SPLIT.replace(grid_kv_split=4))
+    assert not space.is_valid(FAMILY.seed_genomes[0].replace(grid_kv_split=2))  # fused path only
+    assert not space.is_valid(GRID_SPLIT.replace(cluster_kv_split=2))  # split over the grid or a cluster
+    assert not space.is_valid(SHARED_STAGES.replace(grid_kv_split=2))
 
 
 def test_shared_stages_launch_whole_clusters_at_d64_only():
@@ -77,13 +84,30 @@ def test_shared_stages_launch_whole_clusters_at_d64_only():
     assert shared_bytes(SHARED_STAGES, 128) == shared_bytes(SHARED_STAGES.replace(kv_share_d64=1), 128)
 
 
+def test_grid_split_launches_its_blocks_and_sizes_its_workspace():
+    from seeds.flashcore.spec import grid, grid_workspace, shared_bytes
+
+    assert grid(GRID_SPLIT, 512, 8, 64) == (16, 8)  # 8 query blocks of 64 rows, 2 blocks each
+    assert grid(GRID_SPLIT.replace(grid_kv_split=4), 300, 8, 128) == (20, 8)  # 5 query blocks
+    assert grid_workspace(GRID_SPLIT, 512, 8, 64) == (16 * 8 * 64 * 66, 8 * 8)  # a record a block, a ticket a query block
+    assert grid_workspace(FA2_LIKE, 512, 8, 64) == (0, 0)
+    # a block's own warps still merge in shared memory first, even with one key split among them
+    one = GRID_SPLIT.replace(kv_split=1, warps_d64=4, warps_d128=4)
+    assert shared_bytes(one, 64) > shared_bytes(one.replace(grid_kv_split=1), 64)
+
+
+def test_runs_stored_before_the_cluster_and_grid_knobs_read_as_without_them():
+    stored = {k: v for k, v in FA2_LIKE.as_dict().items() if k not in ("kv_share_d64", "grid_kv_split")}
+    assert FAMILY.space.genome(stored) == FA2_LIKE
+
+
 @pytest.mark.gpu
 def test_sampled_genomes_are_correct_on_every_shape(tmp_path):
     builder = Builder(BuildConfig(tmp_path / "cache"))
     evaluator = Evaluator(FAMILY, EvalConfig(trials=2), tmp_path / "loaded")
     verified = 0
-    for genome in [FAMILY.seed_genomes[0], FA2_LIKE, LARGE_TILES, SHARED_STAGES,
-                   *covering_sample(FAMILY.space, seed=1)]:
+    for genome in [FAMILY.seed_genomes[0], FA2_LIKE, LARGE_TILES, SHARED_STAGES, GRID_SPLIT,
+                   GRID_SPLIT.replace(grid_kv_split=4), *covering_sample(FAMILY.space, seed=1)]:
         recipe = FAMILY.build_recipe(genome)
         build = builder.build(genome.id, recipe)
         result = evaluator.evaluate(genome, build, screen(build, recipe.output, FAMILY.screen_limits))
@@ -99,3 +123,38 @@ def test_sampled_genomes_are_correct_on_every_shape(tmp_path):
     anchor = {t.shape: t.median_s for t in evaluator.anchor_timings()}
     print("anchor (SDPA default) per shape, us:", {k: round(v * 1e6, 1) for k, v in anchor.items()})
     assert anchor["mission"] < 30e-6  # graph replays: the kernel, not Python's launch overhead
+
+
+@pytest.mark.gpu
+def test_exported_grid_split_kernel_checks_itself_in_a_fresh_process(tmp_path):
+    """The export carries the grid split's workspace and tickets: its self-check verifies and times
+    every shape (graph replays included), then three calls in a row on a long, few-head shape."""
+    import subprocess
+    import sys
+
+    from db import Database, NewIndividual, Store, resolve_url
+    from evo.cli import main
+
+    db = tmp_path / "evo.db"
+    store = Store(Database(resolve_url(str(db))).open())
+    run = store.create_run(family="flashcore", strategy="evolution", target=None, seed=0, config={})
+    genome = GRID_SPLIT.replace(grid_kv_split=4)
+    ids = store.add_individuals(run, [NewIndividual(genome.id, genome.as_dict(), 0, "seed")])
+    recipe = FAMILY.build_recipe(genome)
+    build = Builder(BuildConfig(tmp_path / "cache")).build(genome.id, recipe)
+    result = Evaluator(FAMILY, EvalConfig(trials=1), tmp_path / "loaded").evaluate(
+        genome, build, screen(build, recipe.output, FAMILY.screen_limits))
+    assert result.status is Status.OK, result.message
+    store.record_evaluation(ids[genome.id], result)
+    out = tmp_path / "exported"
+    assert main(["export", "1", "--db", str(db), "--out", str(out)]) == 0
+    check = subprocess.run([sys.executable, str(out / "selfcheck.py")], capture_output=True, text=True, cwd=tmp_path,
+                           timeout=600)
+    assert check.returncode == 0 and "self-check passed" in check.stdout, check.stdout + check.stderr[-2000:]
+    script = (f"import sys, torch; sys.path.insert(0, {str(out)!r}); import flashcore_{genome.id} as k\n"
+              "q, kk, v = (torch.randn(1, 1, 4096, 64, device='cuda', dtype=torch.float16) for _ in range(3))\n"
+              "ref = torch.nn.functional.scaled_dot_product_attention(q.float(), kk.float(), v.float())\n"
+              "for _ in range(3): assert (k.attention(q, kk, v).float() - ref).abs().max() < 0.02\n"
+              "print('long ok')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0 and "long ok" in done.stdout, done.stderr[-2000:]

@@ -57,6 +57,18 @@ def test_unknown_knob_and_out_of_domain_are_value_errors_naming_them():
         SPACE.genome_from_json("{not json")
 
 
+def test_a_knob_added_later_reads_as_its_off_value_in_older_genomes():
+    grown = Space(list(SPACE.knobs) + [IntRange("splits", 1, 4)], SPACE.constraints, added_later={"splits": 1})
+    old = grown.genome(VALID)  # stored before the knob existed
+    assert old["splits"] == 1 and grown.genome({**VALID, "splits": 3})["splits"] == 3
+    with pytest.raises(ValueError, match="missing knob"):
+        grown.genome({k: v for k, v in VALID.items() if k != "stages"})  # only knobs added later
+    with pytest.raises(ValueError, match="knob 'splits': value 9"):
+        Space(grown.knobs, added_later={"splits": 9})
+    with pytest.raises(ValueError, match="unknown knob 'warps'"):
+        Space(grown.knobs, added_later={"warps": 1})
+
+
 def test_constraints_name_the_violation():
     genome = SPACE.genome({**VALID, "block_m": 256, "block_n": 256, "stages": 4})
     assert not SPACE.is_valid(genome)

@@ -25,6 +25,10 @@
 //   CLUSTER         fused path: this many blocks of a thread-block cluster share the query rows,
 //                   each takes every CLUSTER-th K/V stage; the partial results are merged through
 //                   distributed shared memory, each block writing BLOCK_M / CLUSTER rows of O
+//   GRID_SPLIT      fused path, no cluster: this many blocks of the grid share the query rows, each
+//                   takes every GRID_SPLIT-th K/V stage and leaves its merged partial rows (O, max,
+//                   sum) in a global workspace; the last of them to finish (a ticket counter per query
+//                   block) merges them all and writes O
 //   KV_SHARE_D64    D = 64 kernel, fused path, STAGES > 1: this many blocks of a thread-block cluster
 //                   (consecutive query blocks of one head) share every K/V stage; each brings in
 //                   1 / KV_SHARE of its rows with a TMA copy multicast to the whole cluster, on
@@ -127,7 +131,7 @@ __device__ void shared_stage_loop(Engine& engine, unsigned char* smem, const hal
 template <int D>
 __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K, const half* __restrict__ V,
                           half* __restrict__ O, int S, int causal, float scale, const TensorMap* k_map,
-                          const TensorMap* v_map) {
+                          const TensorMap* v_map, float* workspace, unsigned* tickets) {
     using P_ = Plan<D>;
     extern __shared__ __align__(128) unsigned char smem[];
     half* Qs = reinterpret_cast<half*>(smem);
@@ -137,8 +141,10 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
 
     const size_t head = (size_t)blockIdx.y * S * D;
     Problem p;
-    p.rank = CLUSTER > 1 ? cluster_rank() : 0;
-    p.q0 = blockIdx.x / CLUSTER * BLOCK_M;
+    p.rank = CLUSTER > 1 ? cluster_rank() : blockIdx.x % GRID_SPLIT;
+    p.q0 = blockIdx.x / BLOCK_SPLIT * BLOCK_M;
+    p.workspace = workspace;
+    p.tickets = tickets;
     p.S = S;
     p.causal = causal;
     p.K = K + head;
@@ -161,10 +167,10 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
 #else
     Materialised<D> engine;
 #endif
-    // this block's stages: key tiles rank, rank + CLUSTER, ... (all of them without a cluster)
+    // this block's stages: key tiles rank, rank + BLOCK_SPLIT, ... (all of them when it has its rows alone)
     const int all_tiles = (p.kv_end + KV_ROWS - 1) / KV_ROWS;
-    const int tiles = all_tiles > p.rank ? (all_tiles - p.rank + CLUSTER - 1) / CLUSTER : 0;
-    auto first_key = [&](int t) { return (p.rank + t * CLUSTER) * KV_ROWS; };
+    const int tiles = all_tiles > p.rank ? (all_tiles - p.rank + BLOCK_SPLIT - 1) / BLOCK_SPLIT : 0;
+    auto first_key = [&](int t) { return (p.rank + t * BLOCK_SPLIT) * KV_ROWS; };
     if constexpr (KV_SHARE > 1) {
         shared_stage_loop<D>(engine, smem, Qs, Ks, Vs, p, tiles, own_end, k_map, v_map);
         engine.finish(O + head, p, smem);
@@ -222,17 +228,20 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
 #define CLUSTER_D128
 #endif
 
-// k_map and v_map: TMA descriptors of K and V, read only when the kernel shares K/V stages
+// k_map and v_map: TMA descriptors of K and V, read only when the kernel shares K/V stages;
+// workspace and tickets: read only with GRID_SPLIT > 1 (sizes in spec.py's grid_workspace)
 extern "C" __global__ void CLUSTER_D64 __launch_bounds__(WARPS_D64 * 32)
 flashcore_d64(const half* Q, const half* K, const half* V, half* O, int S, int causal, float scale,
-              const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map) {
-    attention<64>(Q, K, V, O, S, causal, scale, &k_map, &v_map);
+              const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map, float* workspace,
+              unsigned* tickets) {
+    attention<64>(Q, K, V, O, S, causal, scale, &k_map, &v_map, workspace, tickets);
 }
 
 extern "C" __global__ void CLUSTER_D128 __launch_bounds__(WARPS_D128 * 32)
 flashcore_d128(const half* Q, const half* K, const half* V, half* O, int S, int causal, float scale,
-               const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map) {
-    attention<128>(Q, K, V, O, S, causal, scale, &k_map, &v_map);
+               const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map, float* workspace,
+               unsigned* tickets) {
+    attention<128>(Q, K, V, O, S, causal, scale, &k_map, &v_map, workspace, tickets);
 }
 
 // what Plan<D> carves out, read back by the family's load() to check spec.py agrees

@@ -7,6 +7,35 @@
 // KV_SPLIT warps own the same rows, each taking its BLOCK_N slice of every K/V stage, and the
 // block merges their (max, sum, O) at the end as split-K softmax does.
 // ---------------------------------------------------------------------------------------------
+// Four columns of one row's partial result: the raw row max `top` of the keys seen, the sum of the
+// row's exponentials and its unnormalised O, both relative to `top`; merged as split-K softmax does.
+// A split that saw no key (top = -inf) adds nothing.
+struct Partial {
+    float top, sum;
+    float4 o;
+
+    __device__ static Partial none() { return {-CUDART_INF_F, 0.f, make_float4(0.f, 0.f, 0.f, 0.f)}; }
+
+    // add another split's (max, sum) and O of the same row and columns
+    __device__ __forceinline__ void add(float2 stats, float4 v, float logit_scale) {
+        const float next = fmaxf(top, stats.x);
+        if (next == -CUDART_INF_F) return;
+        const float mine = exp_base((top - next) * logit_scale), theirs = exp_base((stats.x - next) * logit_scale);
+        o = make_float4(o.x * mine + v.x * theirs, o.y * mine + v.y * theirs, o.z * mine + v.z * theirs,
+                        o.w * mine + v.w * theirs);
+        sum = sum * mine + stats.y * theirs;
+        top = next;
+    }
+
+    // the four fp16 outputs O / sum
+    __device__ __forceinline__ void write(half* out) const {
+        const float inv = 1.f / sum;
+        half2* pair = reinterpret_cast<half2*>(out);
+        pair[0] = __floats2half2_rn(o.x * inv, o.y * inv);
+        pair[1] = __floats2half2_rn(o.z * inv, o.w * inv);
+    }
+};
+
 template <int D>
 struct Fused {
     using T = Tile<D>;
@@ -166,7 +195,7 @@ struct Fused {
 
     __device__ void finish(half* O, const Problem& p, unsigned char* smem) {
         const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-#if KV_SPLIT == 1 && CLUSTER == 1
+#if KV_SPLIT == 1 && BLOCK_SPLIT == 1
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
 #pragma unroll
@@ -183,7 +212,8 @@ struct Fused {
         }
 #else
         // every split (warps sharing rows, blocks of a cluster) leaves its unnormalised O, raw row max
-        // and row sum in shared memory; the rows are then merged as split-K softmax does
+        // and row sum in shared memory; the rows are then merged as split-K softmax does (with
+        // GRID_SPLIT > 1 into this block's record of the workspace, merged again by grid_merge)
         constexpr int o_ld = D + 4;
         using P_ = Plan<D>;
         float* partial = reinterpret_cast<float*>(smem + P_::bytes - P_::merge_bytes);  // [split][row][o_ld]
@@ -213,6 +243,7 @@ struct Fused {
         // statistics and partial rows of BATCH items before it uses any, so that the (distributed)
         // shared-memory latencies overlap instead of adding up
         constexpr int rows = BLOCK_M / CLUSTER, quads = D / 4, items = rows * quads;
+        const int first_row = CLUSTER > 1 ? p.rank * rows : 0;  // the rows this block writes start there
         constexpr int BATCH = CLUSTER * KV_SPLIT >= 8 ? 1 : 8 / (CLUSTER * KV_SPLIT);  // <= 8 partial rows in registers
         static_assert(BLOCK_M % CLUSTER == 0, "CLUSTER must divide BLOCK_M");
         for (int first = threadIdx.x; first < items; first += BATCH * THREADS) {
@@ -220,7 +251,7 @@ struct Fused {
             float4 rows_o[BATCH][CLUSTER][KV_SPLIT];
 #pragma unroll
             for (int b = 0; b < BATCH; ++b) {
-                const int e = first + b * THREADS, row = p.rank * rows + e / quads, col = e % quads * 4;
+                const int e = first + b * THREADS, row = first_row + e / quads, col = e % quads * 4;
                 if (e >= items) break;
 #pragma unroll
                 for (int c = 0; c < CLUSTER; ++c)
@@ -234,39 +265,73 @@ struct Fused {
             }
 #pragma unroll
             for (int b = 0; b < BATCH; ++b) {
-                const int e = first + b * THREADS, row = p.rank * rows + e / quads, col = e % quads * 4;
+                const int e = first + b * THREADS, row = first_row + e / quads, col = e % quads * 4;
                 if (e >= items) break;
                 if (p.q0 + row >= p.S) continue;
-                float top = -CUDART_INF_F;
+                Partial merged = Partial::none();
 #pragma unroll
                 for (int c = 0; c < CLUSTER; ++c)
 #pragma unroll
-                    for (int k = 0; k < KV_SPLIT; ++k) top = fmaxf(top, part[b][c][k].x);
-                float4 numerator = make_float4(0.f, 0.f, 0.f, 0.f);
-                float denominator = 0.f;
-#pragma unroll
-                for (int c = 0; c < CLUSTER; ++c)
-#pragma unroll
-                    for (int k = 0; k < KV_SPLIT; ++k) {
-                        const float weight = exp_base((part[b][c][k].x - top) * p.logit_scale);  // 0: a split that saw no key
-                        const float4 v = rows_o[b][c][k];
-                        numerator.x += weight * v.x;
-                        numerator.y += weight * v.y;
-                        numerator.z += weight * v.z;
-                        numerator.w += weight * v.w;
-                        denominator += weight * part[b][c][k].y;
-                    }
-                const float inv = 1.f / denominator;
-                half2* out = reinterpret_cast<half2*>(O + (size_t)(p.q0 + row) * D + col);
-                out[0] = __floats2half2_rn(numerator.x * inv, numerator.y * inv);
-                out[1] = __floats2half2_rn(numerator.z * inv, numerator.w * inv);
+                    for (int k = 0; k < KV_SPLIT; ++k) merged.add(part[b][c][k], rows_o[b][c][k], p.logit_scale);
+#if GRID_SPLIT > 1
+                float* record = p.workspace + (size_t)(blockIdx.y * gridDim.x + blockIdx.x) * RECORD;
+                *reinterpret_cast<float4*>(record + row * D + col) = merged.o;
+                if (col == 0) *reinterpret_cast<float2*>(record + BLOCK_M * D + 2 * row) = make_float2(merged.top, merged.sum);
+#else
+                merged.write(O + (size_t)(p.q0 + row) * D + col);
+#endif
             }
         }
 #if CLUSTER > 1
         cluster_sync();  // the other blocks may still be reading this block's partial results
 #endif
+#if GRID_SPLIT > 1
+        grid_merge(O, p);
+#endif
 #endif
     }
+
+#if GRID_SPLIT > 1
+    static constexpr int RECORD = BLOCK_M * (D + 2);  // floats: O [BLOCK_M][D], then (max, sum) of each row
+
+    // Every block of a query block has left its record in the workspace; the last one to take a ticket
+    // merges the GRID_SPLIT records and writes O. The ticket counts on across launches (the last is the
+    // one whose ticket is GRID_SPLIT - 1 modulo GRID_SPLIT), so the counters are never reset.
+    __device__ void grid_merge(half* O, const Problem& p) {
+        __threadfence();  // this block's record is visible to the GPU before its ticket is
+        __syncthreads();
+        unsigned ticket = 0;
+        if (threadIdx.x == 0) ticket = atomicAdd(p.tickets + blockIdx.y * (gridDim.x / GRID_SPLIT) + blockIdx.x / GRID_SPLIT, 1u);
+        if (!__syncthreads_or(threadIdx.x == 0 && ticket % GRID_SPLIT == GRID_SPLIT - 1)) return;
+        __threadfence();  // the other blocks' records are read after their tickets
+        const float* records = p.workspace + (size_t)(blockIdx.y * gridDim.x + blockIdx.x / GRID_SPLIT * GRID_SPLIT) * RECORD;
+        constexpr int quads = D / 4, items = BLOCK_M * quads, BATCH = 8 / GRID_SPLIT;
+        for (int first = threadIdx.x; first < items; first += BATCH * THREADS) {
+            float2 part[BATCH][GRID_SPLIT];
+            float4 rows_o[BATCH][GRID_SPLIT];
+#pragma unroll
+            for (int b = 0; b < BATCH; ++b) {
+                const int e = first + b * THREADS, row = e / quads, col = e % quads * 4;
+                if (e >= items) break;
+#pragma unroll
+                for (int r = 0; r < GRID_SPLIT; ++r) {  // L2 reads (.cg): the records were written by other SMs
+                    part[b][r] = __ldcg(reinterpret_cast<const float2*>(records + r * RECORD + BLOCK_M * D + 2 * row));
+                    rows_o[b][r] = __ldcg(reinterpret_cast<const float4*>(records + r * RECORD + row * D + col));
+                }
+            }
+#pragma unroll
+            for (int b = 0; b < BATCH; ++b) {
+                const int e = first + b * THREADS, row = e / quads, col = e % quads * 4;
+                if (e >= items) break;
+                if (p.q0 + row >= p.S) continue;
+                Partial merged = Partial::none();
+#pragma unroll
+                for (int r = 0; r < GRID_SPLIT; ++r) merged.add(part[b][r], rows_o[b][r], p.logit_scale);
+                merged.write(O + (size_t)(p.q0 + row) * D + col);
+            }
+        }
+    }
+#endif
 };
 
 #endif  // SOFTMAX == 1

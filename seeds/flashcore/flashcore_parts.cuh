@@ -13,6 +13,7 @@
 #define THREADS (WARPS * 32)
 #define KV_ROWS (BLOCK_N * KV_SPLIT)  // key/value rows a pipeline stage holds (one tile per split)
 #define KV_SHARE (D == 64 ? KV_SHARE_D64 : 1)  // blocks of a cluster sharing the K/V stages
+#define BLOCK_SPLIT (CLUSTER * GRID_SPLIT)  // blocks sharing query rows (a cluster, or the grid; never both)
 
 __host__ __device__ constexpr int align128(int bytes) { return (bytes + 127) / 128 * 128; }
 
@@ -164,8 +165,8 @@ struct Plan {
     static constexpr int o_ld = D + 4;        // floats per O row (WMMA P V keeps O in shared memory)
     static constexpr int q_bytes = align128(BLOCK_M * T::ld * 2);
     static constexpr int kv_bytes = align128(KV_ROWS * T::ld * 2);  // one K or V stage
-    // fused path with KV_SPLIT > 1 or CLUSTER > 1: each split's unnormalised O, row max and row sum
-    static constexpr int merge_bytes = SOFTMAX == 1 && (KV_SPLIT > 1 || CLUSTER > 1)
+    // fused path with KV_SPLIT, CLUSTER or GRID_SPLIT > 1: each split's unnormalised O, row max and row sum
+    static constexpr int merge_bytes = SOFTMAX == 1 && (KV_SPLIT > 1 || BLOCK_SPLIT > 1)
         ? align128(KV_SPLIT * BLOCK_M * (D + 4) * 4) + align128(2 * KV_SPLIT * BLOCK_M * 4) : 0;
     static constexpr int s_bytes = SOFTMAX == 0 ? align128(BLOCK_M * s_ld * 4) : 0;
     static constexpr int p_bytes = SOFTMAX == 0 && PV != 0 ? align128(BLOCK_M * p_ld * 2) : 0;
@@ -181,8 +182,10 @@ struct Problem {
     const half* __restrict__ K;
     const half* __restrict__ V;
     int S, causal, q0, kv_end;
-    int rank;  // this block's place in its cluster: it takes key tiles rank, rank + CLUSTER, ...
+    int rank;  // this block's place among the BLOCK_SPLIT sharing its rows: key tiles rank, rank + BLOCK_SPLIT, ...
     float logit_scale;
+    float* workspace;   // GRID_SPLIT > 1: the partial rows of every block, BLOCK_M x (D + 2) floats each
+    unsigned* tickets;  // GRID_SPLIT > 1: a counter per query block, taken by each of its blocks when done
 };
 
 // Thread-block clusters (CLUSTER blocks share query rows and split the key tiles): loads from a peer

@@ -62,7 +62,7 @@ def shared_bytes(g, head_dim: int) -> int:
     total = _align128(bm * ld * 2) + 2 * STAGES[g["kv_loads"]] * _align128(kv_rows(g, head_dim) * ld * 2)
     if kv_share(g, head_dim) > 1:
         total += _align128(3 * STAGES[g["kv_loads"]] * 8)  # full K, full V and empty mbarriers a stage
-    if split > 1 or g["cluster_kv_split"] > 1:
+    if split > 1 or g["cluster_kv_split"] > 1 or g["grid_kv_split"] > 1:
         total += _align128(split * bm * (head_dim + 4) * 4) + _align128(2 * split * bm * 4)
     if g["softmax"] == "smem":
         total += _align128(bm * (bn + 4) * 4) + _align128(3 * bm * 4)
@@ -78,13 +78,26 @@ def kv_share(g, head_dim: int) -> int:
     return g["kv_share_d64"] if head_dim == 64 else 1
 
 
-def grid(g, s: int, heads: int, head_dim: int) -> tuple[int, int]:
-    """Blocks of a launch: query blocks (times the cluster key split; rounded up to whole clusters
-    when they share K/V stages) by batch * heads."""
+def query_blocks(g, s: int, head_dim: int) -> int:
+    """Query blocks of one head (rounded up to whole clusters when they share K/V stages)."""
     share = kv_share(g, head_dim)
-    query_blocks = (s + g["block_m"] - 1) // g["block_m"]
-    query_blocks = (query_blocks + share - 1) // share * share
-    return query_blocks * g["cluster_kv_split"], heads
+    blocks = (s + g["block_m"] - 1) // g["block_m"]
+    return (blocks + share - 1) // share * share
+
+
+def grid(g, s: int, heads: int, head_dim: int) -> tuple[int, int]:
+    """Blocks of a launch: query blocks times the blocks sharing their rows (a cluster's or the
+    grid's key split) by batch * heads."""
+    return query_blocks(g, s, head_dim) * g["cluster_kv_split"] * g["grid_kv_split"], heads
+
+
+def grid_workspace(g, s: int, heads: int, head_dim: int) -> tuple[int, int]:
+    """What a grid key split needs in global memory: floats of partial rows (a record of
+    block_m x (D + 2) per block) and ticket counters (one per query block); (0, 0) without one."""
+    if g["grid_kv_split"] == 1:
+        return 0, 0
+    x, y = grid(g, s, heads, head_dim)
+    return x * y * g["block_m"] * (head_dim + 2), query_blocks(g, s, head_dim) * heads
 
 
 def _implies(condition: bool, consequence: bool) -> bool:
@@ -128,6 +141,10 @@ SPACE = Space(
         PowerOfTwo("cluster_kv_split", 1, 4,
                    description="fused path: blocks of a thread-block cluster sharing query rows, each on every n-th "
                                "K/V stage, merged through distributed shared memory"),
+        PowerOfTwo("grid_kv_split", 1, 4,
+                   description="fused path, no cluster: blocks of the grid sharing query rows, each on every n-th "
+                               "K/V stage; each leaves its partial rows in a global workspace and the last to "
+                               "finish merges them"),
         PowerOfTwo("kv_share_d64", 1, 4,
                    description="D = 64 kernel, fused path: blocks of a thread-block cluster (consecutive query blocks "
                                "of one head) sharing every K/V stage, each bringing in 1/n of its rows by a TMA copy "
@@ -169,6 +186,13 @@ SPACE = Space(
             "only the fused path merges partial rows across a cluster (cluster_kv_split = 1 unless softmax = registers)",
         ),
         Constraint(
+            "grid_split_needs_fused_path_alone",
+            lambda g: _implies(g["grid_kv_split"] > 1, g["softmax"] == "registers" and g["cluster_kv_split"] == 1
+                               and g["kv_share_d64"] == 1),
+            "blocks of the grid share query rows (grid_kv_split > 1) only on the fused path and without "
+            "clusters (cluster_kv_split = kv_share_d64 = 1)",
+        ),
+        Constraint(
             "shared_stages_need_fused_pipeline",
             lambda g: _implies(g["kv_share_d64"] > 1, g["softmax"] == "registers" and g["kv_loads"] != "plain"
                                and g["layout"] != "padded" and g["cluster_kv_split"] == 1),
@@ -192,11 +216,27 @@ SPACE = Space(
             "WMMA loads need a plain row stride: no swizzled layout",
         ),
     ],
+    # runs stored before these knobs existed built what their value 1 builds
+    added_later={"kv_share_d64": 1, "grid_kv_split": 1},
 )
 
 SEED = SPACE.genome(dict(block_m=16, block_n_d64=64, warps_d64=4, block_n_d128=64, warps_d128=4, qk="scalar",
                          pv="scalar", softmax="smem", reduce="serial", exp2=False, layout="plain", kv_loads="plain",
-                         q_in_registers=False, kv_split=1, cluster_kv_split=1, kv_share_d64=1))
+                         q_in_registers=False, kv_split=1, cluster_kv_split=1, grid_kv_split=1, kv_share_d64=1))
+
+
+def _workspace(cache: dict, g, q):
+    """The grid key split's partial rows and zeroed tickets for q's shape, allocated at its first
+    launch and kept with the loaded kernel (the tickets count on across launches, never reset);
+    two empty tensors when the genome has no grid split."""
+    import torch
+
+    b, h, s, d = q.shape
+    if (b, h, s, d) not in cache:
+        floats, counters = grid_workspace(g, s, b * h, d)
+        cache[b, h, s, d] = (torch.empty(floats, device=q.device, dtype=torch.float32),
+                             torch.zeros(counters, device=q.device, dtype=torch.int32))
+    return cache[b, h, s, d]
 
 
 def attention_shape(name: str, b: int, h: int, s: int, d: int, *, causal: bool = False, mission: bool = False):
@@ -229,7 +269,8 @@ class FlashCore(KernelFamily):
                       PV=ENGINES.index(g["pv"]), SOFTMAX=int(g["softmax"] == "registers"),
                       REDUCE=int(g["reduce"] == "shuffle"), EXP2=int(g["exp2"]),
                       LAYOUT=("plain", "padded", "swizzled").index(g["layout"]), STAGES=STAGES[g["kv_loads"]],
-                      Q_REGS=int(g["q_in_registers"]), KV_SPLIT=g["kv_split"], CLUSTER=g["cluster_kv_split"], KV_SHARE_D64=g["kv_share_d64"],
+                      Q_REGS=int(g["q_in_registers"]), KV_SPLIT=g["kv_split"], CLUSTER=g["cluster_kv_split"],
+                      GRID_SPLIT=g["grid_kv_split"], KV_SHARE_D64=g["kv_share_d64"],
                       **{f"{name.upper()}_D{d}": g[f"{name}_d{d}"] for name in ("block_n", "warps") for d in HEAD_DIMS})
         flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
             f"-D{k}={v}" for k, v in sorted(macros.items()))
@@ -273,12 +314,12 @@ class FlashCore(KernelFamily):
             kernel = module.kernel(f"flashcore_d{d}")
             kernel.set_max_dynamic_shared(kernel_bytes)
             kernels[d] = (kernel, kernel_bytes)
-        return kernels, genome.as_dict()
+        return kernels, genome.as_dict(), {}
 
     def launch(self, kernel, shape: ProblemShape, inputs, output) -> None:
         from seeds._cuda import ptr
 
-        kernels, g = kernel
+        kernels, g, workspaces = kernel
         b, h, s, d = shape["b"], shape["h"], shape["s"], shape["d"]
         function, smem = kernels[d]
         q, k, v = inputs
@@ -288,9 +329,10 @@ class FlashCore(KernelFamily):
             maps = [tensor_map(t, box_rows, swizzled=g["layout"] == "swizzled") for t in (k, v)]
         else:
             maps = [TensorMapBytes(), TensorMapBytes()]  # not read by a kernel without shared stages
+        records, tickets = _workspace(workspaces, g, q)
         function.launch(grid(g, s, b * h, d), (warps(g, d) * 32,),
                         [ptr(q), ptr(k), ptr(v), ptr(output), ctypes.c_int(s), ctypes.c_int(shape["causal"]),
-                         ctypes.c_float(1.0 / math.sqrt(d)), *maps],
+                         ctypes.c_float(1.0 / math.sqrt(d)), *maps, ptr(records), ptr(tickets)],
                         shared_bytes=smem)
 
     def anchor(self, shape: ProblemShape, inputs):
