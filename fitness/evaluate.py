@@ -186,13 +186,15 @@ class Evaluator:
                 return ShapeCheck(shape.name, False, None, None, trial + 1,
                                   f"{not_finite} of {got.numel()} outputs are NaN/Inf or were never written "
                                   f"(trial {trial + 1})")
-            difference = got - expected
-            max_abs = float(difference.abs().max())
+            difference = (got - expected).abs()
+            max_abs = float(difference.max())
             rel = float(difference.norm() / expected.norm().clamp_min(1e-30))
             worst_abs, worst_rel = max(worst_abs, max_abs), max(worst_rel, rel)
-            if max_abs > tolerance.max_abs or rel > tolerance.max_rel_l2:
+            beyond = int((difference > tolerance.max_abs + tolerance.rtol * expected.abs()).sum())
+            if beyond or rel > tolerance.max_rel_l2:
+                limit = f"{tolerance.max_abs:g}" + (f" + {tolerance.rtol:g} |ref|" if tolerance.rtol else "")
                 return ShapeCheck(shape.name, False, worst_abs, worst_rel, trial + 1,
-                                  f"max abs error {max_abs:.3g} (limit {tolerance.max_abs:g}), relative L2 "
+                                  f"max abs error {max_abs:.3g} ({beyond} outputs beyond {limit}), relative L2 "
                                   f"error {rel:.3g} (limit {tolerance.max_rel_l2:g}) in trial {trial + 1}")
         return ShapeCheck(shape.name, True, worst_abs, worst_rel, self.config.trials)
 

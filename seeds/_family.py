@@ -37,10 +37,12 @@ def shape(name: str, *, mission: bool = False, **dims: int) -> ProblemShape:
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Pass when max |out - ref| <= max_abs and ||out - ref|| / ||ref|| <= max_rel_l2."""
+    """Pass when every |out - ref| <= max_abs + rtol * |ref| (rtol 0: max |out - ref| <= max_abs) and
+    ||out - ref|| / ||ref|| <= max_rel_l2."""
 
     max_abs: float
     max_rel_l2: float
+    rtol: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,27 @@
 // Hopper (sm_90a) pieces shared by the CUDA families (spliced into each family's source by its
-// spec.py): shared-memory addresses, mbarriers (local, and arrivals from the other blocks of a
-// thread-block cluster), the cluster's rank / barrier / peer addresses, TMA descriptors and 2-d copies.
+// spec.py): shared-memory addresses, cp.async groups and mma.sync, mbarriers (local, and arrivals
+// from the other blocks of a thread-block cluster), the cluster's rank / barrier / peer addresses,
+// TMA descriptors and 2-d copies.
 #include <stdint.h>
 
 __device__ __forceinline__ unsigned smem_address(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// -- cp.async groups and mma.sync (sm_80 and later)
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// D (16x8, f32) += A (16x16 f16, row-major fragment) * B (16x8 f16, column-major fragment)
+__device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // -- mbarriers: a "full" barrier completes when its bytes have landed (expect_tx / complete_tx), an

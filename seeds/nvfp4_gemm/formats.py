@@ -1,0 +1,162 @@
+"""NVFP4 on the host: e2m1 values packed two a byte, e4m3 scales, and the two scale layouts.
+
+- e2m1: 4 bits, sign | 2 exponent bits (bias 1) | 1 mantissa bit; values 0, 0.5, 1, 1.5, 2, 3, 4, 6
+  and their negatives. Two a byte, the element of even index in the low nibble.
+- e4m3 (the "fn" variant): sign | 4 exponent bits (bias 7) | 3 mantissa bits; no infinities,
+  0x7F and 0xFF are NaN, largest finite 448, smallest subnormal 2**-9.
+- scales: one e4m3 per 16 consecutive K elements of a row. Plain layout: rows x K/16, row-major.
+  Blocked layout (cuBLAS / CUTLASS block-scaled operands): the matrix padded to 128-row x 4-column
+  tiles, tiles stored row-tile major; inside a tile of 512 bytes the entry (r, c) sits at
+  (r % 32) * 16 + (r // 32) * 4 + c (four 32-row groups interleaved, "32x16").
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+E2M1_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+E4M3_MAX = 448.0
+SCALE_GROUP = 16  # K elements sharing one scale
+TILE_ROWS, TILE_COLUMNS = 128, 4  # a blocked scale tile
+
+
+def e2m1_value(code: int) -> float:
+    """The value of one e2m1 code (0..15) from the format's definition."""
+    if not 0 <= code < 16:
+        raise ValueError(f"e2m1 code must be in 0..15, not {code}")
+    sign, exponent, mantissa = code >> 3, (code >> 1) & 3, code & 1
+    magnitude = mantissa * 0.5 if exponent == 0 else 2.0 ** (exponent - 1) * (1 + mantissa / 2)
+    return -magnitude if sign else magnitude
+
+
+def e4m3_value(code: int) -> float:
+    """The value of one e4m3 (fn) code (0..255) from the format's definition; NaN for 0x7F, 0xFF."""
+    if not 0 <= code < 256:
+        raise ValueError(f"e4m3 code must be in 0..255, not {code}")
+    sign, exponent, mantissa = code >> 7, (code >> 3) & 15, code & 7
+    if exponent == 15 and mantissa == 7:
+        return math.nan
+    magnitude = mantissa / 8 * 2.0 ** -6 if exponent == 0 else 2.0 ** (exponent - 7) * (1 + mantissa / 8)
+    return -magnitude if sign else magnitude
+
+
+E2M1_TABLE = torch.tensor([e2m1_value(c) for c in range(16)], dtype=torch.float32)
+E4M3_TABLE = torch.tensor([e4m3_value(c) for c in range(256)], dtype=torch.float32)
+_tables_on: dict = {}  # (table id, device) -> the table there: no host copy while a CUDA graph captures
+
+
+def _table(table: torch.Tensor, device: torch.device) -> torch.Tensor:
+    key = (id(table), str(device))
+    if key not in _tables_on:
+        _tables_on[key] = table.to(device)
+    return _tables_on[key]
+
+
+def decode_e2m1(codes: torch.Tensor) -> torch.Tensor:
+    """float32 values of e2m1 codes (one code per uint8 element)."""
+    _require_uint8(codes, "codes")
+    return _table(E2M1_TABLE, codes.device)[codes.long()]
+
+
+def encode_e2m1(values: torch.Tensor) -> torch.Tensor:
+    """e2m1 codes (uint8) of values that e2m1 represents exactly (signed zeros kept); ValueError otherwise."""
+    magnitudes = torch.tensor(E2M1_MAGNITUDES, device=values.device)
+    match = values.abs().float().unsqueeze(-1) == magnitudes
+    if not bool(match.any(-1).all()):
+        raise ValueError("encode_e2m1: some values are not e2m1 values (0, 0.5, 1, 1.5, 2, 3, 4, 6 and negatives)")
+    sign = torch.signbit(values).to(torch.uint8) << 3
+    return sign | match.float().argmax(-1).to(torch.uint8)
+
+
+def pack_e2m1(codes: torch.Tensor) -> torch.Tensor:
+    """Two e2m1 codes a byte along the last dimension (even index in the low nibble)."""
+    _require_uint8(codes, "codes")
+    if codes.shape[-1] % 2:
+        raise ValueError(f"pack_e2m1: the last dimension must be even, not {codes.shape[-1]}")
+    if bool((codes > 15).any()):
+        raise ValueError("pack_e2m1: codes must be in 0..15")
+    return codes[..., 0::2] | (codes[..., 1::2] << 4)
+
+
+def unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
+    """The codes of packed bytes, twice as many along the last dimension."""
+    _require_uint8(packed, "packed")
+    return torch.stack((packed & 15, packed >> 4), dim=-1).flatten(-2)
+
+
+def decode_e4m3(codes: torch.Tensor) -> torch.Tensor:
+    """float32 values of e4m3 codes (uint8)."""
+    _require_uint8(codes, "codes")
+    return _table(E4M3_TABLE, codes.device)[codes.long()]
+
+
+def encode_e4m3(values: torch.Tensor) -> torch.Tensor:
+    """e4m3 codes (uint8) of values, rounded to nearest even (torch's float8_e4m3fn conversion)."""
+    if bool((values.abs() > E4M3_MAX).any()):
+        raise ValueError(f"encode_e4m3: values beyond +-{E4M3_MAX} have no e4m3 code")
+    return values.to(torch.float8_e4m3fn).view(torch.uint8)
+
+
+def blocked_size(rows: int, columns: int) -> int:
+    """Bytes of the blocked layout of a rows x columns scale matrix (padded to whole tiles)."""
+    return _ceil(rows, TILE_ROWS) * TILE_ROWS * _ceil(columns, TILE_COLUMNS) * TILE_COLUMNS
+
+
+def blocked_offsets(rows: int, columns: int, device=None) -> torch.Tensor:
+    """For each (row, column) of a plain scale matrix, its byte offset in the blocked layout."""
+    r = torch.arange(rows, device=device).unsqueeze(1)
+    c = torch.arange(columns, device=device).unsqueeze(0)
+    tile = (r // TILE_ROWS) * _ceil(columns, TILE_COLUMNS) + c // TILE_COLUMNS
+    return tile * (TILE_ROWS * TILE_COLUMNS) + (r % 32) * 16 + (r % TILE_ROWS) // 32 * 4 + c % TILE_COLUMNS
+
+
+def to_blocked(scales: torch.Tensor) -> torch.Tensor:
+    """Plain [..., rows, columns] scales -> blocked [..., blocked_size] (padding bytes are 0)."""
+    _require_uint8(scales, "scales")
+    *batch, rows, columns = scales.shape
+    out = torch.zeros(*batch, blocked_size(rows, columns), dtype=torch.uint8, device=scales.device)
+    out[..., blocked_offsets(rows, columns, scales.device).flatten()] = scales.flatten(-2)
+    return out
+
+
+def from_blocked(blocked: torch.Tensor, rows: int, columns: int) -> torch.Tensor:
+    """Blocked [..., blocked_size] scales -> plain [..., rows, columns]."""
+    _require_uint8(blocked, "blocked")
+    if blocked.shape[-1] != blocked_size(rows, columns):
+        raise ValueError(f"from_blocked: {blocked.shape[-1]} bytes, a {rows} x {columns} matrix blocked has "
+                         f"{blocked_size(rows, columns)}")
+    offsets = blocked_offsets(rows, columns, blocked.device)
+    return blocked[..., offsets.flatten()].unflatten(-1, (rows, columns))
+
+
+def dequantize(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """float32 [..., rows, K] of packed e2m1 [..., rows, K/2] times plain e4m3 scales [..., rows, K/16]."""
+    values = decode_e2m1(unpack_e2m1(packed))
+    k = values.shape[-1]
+    if scales.shape[-1] * SCALE_GROUP != k:
+        raise ValueError(f"dequantize: {scales.shape[-1]} scales a row for K = {k} (one per {SCALE_GROUP})")
+    return values * decode_e4m3(scales).repeat_interleave(SCALE_GROUP, dim=-1)
+
+
+def random_operand(rows: int, k: int, batch: int, generator: torch.Generator, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random packed e2m1 bytes [batch, rows, k/2] (every code) and plain e4m3 scales [batch, rows, k/16]
+    of small random exponents: 2**-6 .. 2**-4 times a random mantissa (never zero, never subnormal).
+    Small, so that a product of rows of K = 16384 stays near 1 and an absolute tolerance of 1e-3 is
+    within fp32 accumulation: with scales near 1 the outputs reach 6e4, and where they cancel to
+    near 0 even an fp32 cuBLAS GEMM misses the exact result by more than 1e-3 (measured)."""
+    packed = torch.randint(0, 256, (batch, rows, k // 2), generator=generator, device=device, dtype=torch.uint8)
+    exponent = torch.randint(1, 4, (batch, rows, k // SCALE_GROUP), generator=generator, device=device,
+                             dtype=torch.uint8)
+    mantissa = torch.randint(0, 8, exponent.shape, generator=generator, device=device, dtype=torch.uint8)
+    return packed, (exponent << 3) | mantissa
+
+
+def _ceil(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def _require_uint8(t: torch.Tensor, name: str) -> None:
+    if t.dtype != torch.uint8:
+        raise ValueError(f"{name} must be uint8, not {t.dtype}")

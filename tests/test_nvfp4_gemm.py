@@ -1,0 +1,73 @@
+"""nvfp4_gemm: every knob value compiles for sm_90a and passes the ptxas screen (CPU CI, with nvcc);
+design points are correct on every shape and scale layout (GPU)."""
+
+import pytest
+
+from fitness import BuildConfig, Builder, EvalConfig, Evaluator, Status, screen
+from seeds import get_family
+from tests.sampling import covering_sample
+
+FAMILY = get_family("nvfp4_gemm")
+SEED = FAMILY.seed_genomes[0]
+# M = 128 shapes: 56 output tiles of 128 x 128 along N = 7168, split over K to fill the SMs
+SPLIT = SEED.replace(block_k=128, stages=4, split_k=4)
+# a wide, short tile: 64 x 256, eight warps of 32 x 64
+WIDE = SEED.replace(block_m=64, block_n=256, warps_m=2, warps_n=4, block_k=128, stages=3, split_k=2)
+
+
+def test_covering_sample_covers_every_value():
+    sample = covering_sample(FAMILY.space)
+    for knob in FAMILY.space.knobs:
+        assert {g[knob.name] for g in sample} == set(knob.values)
+
+
+@pytest.mark.nvcc
+def test_every_knob_value_compiles_and_passes_the_screen(cache_dir):
+    builder = Builder(BuildConfig(cache_dir))
+    for genome in [SEED, SPLIT, WIDE, *covering_sample(FAMILY.space)]:
+        recipe = FAMILY.build_recipe(genome)
+        result = screen(builder.build(genome.id, recipe), recipe.output, FAMILY.screen_limits)
+        assert result.status is Status.OK or result.message.startswith("spill bytes"), f"{genome}: {result.message}"
+    for genome in (SEED, SPLIT, WIDE):  # the design points do not spill
+        recipe = FAMILY.build_recipe(genome)
+        assert screen(builder.build(genome.id, recipe), recipe.output, FAMILY.screen_limits).status is Status.OK
+
+
+def test_constraints_launch_and_workspace():
+    from seeds.nvfp4_gemm.spec import grid, shared_bytes, split_workspace
+
+    space = FAMILY.space
+    assert space.is_valid(SEED.replace(block_m=64, warps_m=4))  # 16 rows a warp
+    assert not space.is_valid(SEED.replace(block_n=256, warps_m=1, warps_n=2))  # 128 x 128 a warp: 512 accumulators
+    assert not space.is_valid(SEED.replace(warps_n=2))  # 64 x 64 a warp: 128 accumulators, twice
+    assert not space.is_valid(SEED.replace(block_n=256, block_k=128, stages=6))  # 6 x 41 KB of stages
+    mission = FAMILY.mission_shape
+    assert grid(SPLIT, mission) == (56, 1, 4)
+    assert split_workspace(SPLIT, mission) == (56 * 4 * 128 * 128, 56)
+    assert split_workspace(SEED, mission) == (0, 0)
+    assert shared_bytes(SEED) == 2 * (256 * (32 + 16) + 256 * 4)
+
+
+def test_shapes_it_cannot_compute_are_refused_clearly():
+    from seeds.nvfp4_gemm.spec import gemm_shape
+
+    with pytest.raises(ValueError, match="multiple of 128"):
+        FAMILY.check_shape(gemm_shape("odd", 1, 128, 128, 1000))
+    with pytest.raises(ValueError, match="even N"):
+        FAMILY.check_shape(gemm_shape("odd", 1, 128, 127, 1024))
+
+
+@pytest.mark.gpu
+def test_design_points_are_correct_on_every_shape_and_layout(tmp_path):
+    builder = Builder(BuildConfig(tmp_path / "cache"))
+    evaluator = Evaluator(FAMILY, EvalConfig(trials=2), tmp_path / "loaded")
+    for genome in [SEED, SPLIT, WIDE, *covering_sample(FAMILY.space, seed=1)]:
+        recipe = FAMILY.build_recipe(genome)
+        build = builder.build(genome.id, recipe)
+        result = evaluator.evaluate(genome, build, screen(build, recipe.output, FAMILY.screen_limits))
+        print(genome, result.status.value, result.message[:300],
+              {c.shape: c.max_abs_error for c in result.checks},
+              {t.shape: round(t.median_s * 1e6, 1) for t in result.timings})
+        if result.status is Status.SCREENED_OUT:
+            continue
+        assert result.status is Status.OK, f"{genome}: {result.message}"
