@@ -43,6 +43,19 @@ def ptr(tensor) -> ctypes.c_void_p:
     return ctypes.c_void_p(tensor.data_ptr())
 
 
+def ticketed_workspace(cache: dict, key, floats: int, tickets: int, device) -> tuple[Any, Any]:
+    """A kernel's global workspace for partial results (``floats`` fp32) and its zeroed ticket
+    counters (``tickets`` int32, for the kernel's last_to_arrive: they count on across launches and
+    are never reset), allocated at the first launch for ``key`` (a shape) and kept in ``cache`` (the
+    loaded kernel's); two empty tensors when both sizes are 0."""
+    import torch
+
+    if key not in cache:
+        cache[key] = (torch.empty(floats, device=device, dtype=torch.float32),
+                      torch.zeros(tickets, device=device, dtype=torch.int32))
+    return cache[key]
+
+
 class CudaKernel:
     def __init__(self, module: "CudaModule", name: str, function: Any) -> None:
         self.module = module  # keeps the module loaded while the kernel lives

@@ -24,6 +24,20 @@ __device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// -- the last of `arrivals` blocks: every block calls this after writing its partial results to
+// global memory; it returns true in exactly one of them, the last to take a ticket, whose later
+// (L2, .cg) reads see every block's writes. The counter counts on across launches (the last is the
+// one whose ticket is arrivals - 1 modulo arrivals), so it is never reset. All threads call it.
+__device__ __forceinline__ bool last_to_arrive(unsigned* counter, unsigned arrivals) {
+    __threadfence();  // this block's writes are visible to the GPU before its ticket is
+    __syncthreads();
+    unsigned ticket = 0;
+    if (threadIdx.x == 0) ticket = atomicAdd(counter, 1u);
+    if (!__syncthreads_or(threadIdx.x == 0 && ticket % arrivals == arrivals - 1)) return false;
+    __threadfence();  // the other blocks' writes are read after their tickets
+    return true;
+}
+
 // -- mbarriers: a "full" barrier completes when its bytes have landed (expect_tx / complete_tx), an
 // "empty" one when every reader is done. Arrivals from another block of the cluster release at CTA
 // scope and waits acquire at CTA scope, as for local ones (what they order is each block's reads of

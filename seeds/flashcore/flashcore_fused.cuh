@@ -294,16 +294,11 @@ struct Fused {
 #if GRID_SPLIT > 1
     static constexpr int RECORD = BLOCK_M * (D + 2);  // floats: O [BLOCK_M][D], then (max, sum) of each row
 
-    // Every block of a query block has left its record in the workspace; the last one to take a ticket
-    // merges the GRID_SPLIT records and writes O. The ticket counts on across launches (the last is the
-    // one whose ticket is GRID_SPLIT - 1 modulo GRID_SPLIT), so the counters are never reset.
+    // Every block of a query block has left its record in the workspace; the last one to finish
+    // (last_to_arrive, one ticket counter per query block) merges the GRID_SPLIT records and writes O.
     __device__ void grid_merge(half* O, const Problem& p) {
-        __threadfence();  // this block's record is visible to the GPU before its ticket is
-        __syncthreads();
-        unsigned ticket = 0;
-        if (threadIdx.x == 0) ticket = atomicAdd(p.tickets + blockIdx.y * (gridDim.x / GRID_SPLIT) + blockIdx.x / GRID_SPLIT, 1u);
-        if (!__syncthreads_or(threadIdx.x == 0 && ticket % GRID_SPLIT == GRID_SPLIT - 1)) return;
-        __threadfence();  // the other blocks' records are read after their tickets
+        if (!last_to_arrive(p.tickets + blockIdx.y * (gridDim.x / GRID_SPLIT) + blockIdx.x / GRID_SPLIT, GRID_SPLIT))
+            return;
         const float* records = p.workspace + (size_t)(blockIdx.y * gridDim.x + blockIdx.x / GRID_SPLIT * GRID_SPLIT) * RECORD;
         constexpr int quads = D / 4, items = BLOCK_M * quads, BATCH = 8 / GRID_SPLIT;
         for (int first = threadIdx.x; first < items; first += BATCH * THREADS) {

@@ -225,20 +225,6 @@ SEED = SPACE.genome(dict(block_m=16, block_n_d64=64, warps_d64=4, block_n_d128=6
                          q_in_registers=False, kv_split=1, cluster_kv_split=1, grid_kv_split=1, kv_share_d64=1))
 
 
-def _workspace(cache: dict, g, q):
-    """The grid key split's partial rows and zeroed tickets for q's shape, allocated at its first
-    launch and kept with the loaded kernel (the tickets count on across launches, never reset);
-    two empty tensors when the genome has no grid split."""
-    import torch
-
-    b, h, s, d = q.shape
-    if (b, h, s, d) not in cache:
-        floats, counters = grid_workspace(g, s, b * h, d)
-        cache[b, h, s, d] = (torch.empty(floats, device=q.device, dtype=torch.float32),
-                             torch.zeros(counters, device=q.device, dtype=torch.int32))
-    return cache[b, h, s, d]
-
-
 def attention_shape(name: str, b: int, h: int, s: int, d: int, *, causal: bool = False, mission: bool = False):
     return shape(name, b=b, h=h, s=s, d=d, causal=int(causal), mission=mission)
 
@@ -317,7 +303,7 @@ class FlashCore(KernelFamily):
         return kernels, genome.as_dict(), {}
 
     def launch(self, kernel, shape: ProblemShape, inputs, output) -> None:
-        from seeds._cuda import ptr
+        from seeds._cuda import ptr, ticketed_workspace
 
         kernels, g, workspaces = kernel
         b, h, s, d = shape["b"], shape["h"], shape["s"], shape["d"]
@@ -329,7 +315,7 @@ class FlashCore(KernelFamily):
             maps = [tensor_map(t, box_rows, swizzled=g["layout"] == "swizzled") for t in (k, v)]
         else:
             maps = [TensorMapBytes(), TensorMapBytes()]  # not read by a kernel without shared stages
-        records, tickets = _workspace(workspaces, g, q)
+        records, tickets = ticketed_workspace(workspaces, shape, *grid_workspace(g, s, b * h, d), q.device)
         function.launch(grid(g, s, b * h, d), (warps(g, d) * 32,),
                         [ptr(q), ptr(k), ptr(v), ptr(output), ctypes.c_int(s), ctypes.c_int(shape["causal"]),
                          ctypes.c_float(1.0 / math.sqrt(d)), *maps, ptr(records), ptr(tickets)],

@@ -210,12 +210,7 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
     float* records = workspace + tile * SPLIT_K * BLOCK_M * BLOCK_N;
     FOR_EACH_PAIR(*reinterpret_cast<float2*>(records + split * BLOCK_M * BLOCK_N + row * BLOCK_N + col) =
                       make_float2(acc[m][n][2 * h], acc[m][n][2 * h + 1]);)
-    __threadfence();  // the record is visible to the GPU before the ticket
-    __syncthreads();
-    unsigned ticket = 0;
-    if (threadIdx.x == 0) ticket = atomicAdd(tickets + tile, 1u);  // counts on across launches, never reset
-    if (!__syncthreads_or(threadIdx.x == 0 && ticket % SPLIT_K == SPLIT_K - 1)) return;
-    __threadfence();  // the other records are read after their tickets
+    if (!last_to_arrive(tickets + tile, SPLIT_K)) return;
     for (int other = 0; other < SPLIT_K; ++other) {
         if (other == split) continue;
         FOR_EACH_PAIR(const float2 v = __ldcg(reinterpret_cast<const float2*>(

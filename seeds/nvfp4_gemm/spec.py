@@ -172,17 +172,11 @@ class Nvfp4Gemm(KernelFamily):
         return kernel, genome.as_dict(), {}
 
     def launch(self, kernel, shape: ProblemShape, inputs, output) -> None:
-        import torch
-
-        from seeds._cuda import ptr
+        from seeds._cuda import ptr, ticketed_workspace
 
         function, g, workspaces = kernel
-        if shape not in workspaces:  # the K split's partial tiles and tickets (counting on, never reset)
-            floats, tickets = split_workspace(g, shape)
-            workspaces[shape] = (torch.empty(floats, device="cuda", dtype=torch.float32),
-                                 torch.zeros(tickets, device="cuda", dtype=torch.int32))
-        records, tickets = workspaces[shape]
         a, b, sfa, sfb = inputs
+        records, tickets = ticketed_workspace(workspaces, shape, *split_workspace(g, shape), a.device)
         function.launch(grid(g, shape), (g["warps_m"] * g["warps_n"] * 32,),
                         [ptr(a), ptr(b), ptr(sfa), ptr(sfb), ptr(output), ctypes.c_int(shape["m"]),
                          ctypes.c_int(shape["n"]), ctypes.c_int(shape["k"]), ctypes.c_int(shape["blocked"]),
