@@ -43,6 +43,13 @@ def ptr(tensor) -> ctypes.c_void_p:
     return ctypes.c_void_p(tensor.data_ptr())
 
 
+def multiprocessors() -> int:
+    """SMs of torch's current CUDA device."""
+    import torch
+
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
 def ticketed_workspace(cache: dict, key, floats: int, tickets: int, device) -> tuple[Any, Any]:
     """A kernel's global workspace for partial results (``floats`` fp32) and its zeroed ticket
     counters (``tickets`` int32, for the kernel's last_to_arrive: they count on across launches and

@@ -1,7 +1,7 @@
 // Hopper (sm_90a) pieces shared by the CUDA families (spliced into each family's source by its
-// spec.py): shared-memory addresses, cp.async groups and mma.sync, mbarriers (local, and arrivals
-// from the other blocks of a thread-block cluster), the cluster's rank / barrier / peer addresses,
-// TMA descriptors and 2-d copies.
+// spec.py): shared-memory addresses, cp.async groups and mma.sync, wgmma descriptors and fences,
+// mbarriers (local, and arrivals from the other blocks of a thread-block cluster), the cluster's
+// rank / barrier / peer addresses, TMA descriptors and 2-d copies.
 #include <stdint.h>
 
 __device__ __forceinline__ unsigned smem_address(const void* p) {
@@ -23,6 +23,30 @@ __device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+
+// -- wgmma (sm_90a): operand descriptor of a K-major tile whose rows are 128 bytes, 128-byte
+// swizzled (8-row groups 1024 bytes apart, 16-byte chunk c of row r at chunk c ^ (r % 8)),
+// starting at `tile`; the warpgroup's fence, commit and wait
+__device__ __forceinline__ uint64_t descriptor(const void* tile) {
+    const uint64_t address = smem_address(tile);
+    return ((address & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int PENDING>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(PENDING) : "memory"); }
+
+// the accumulators of a finished wgmma, tied to this point (after wgmma_wait): the compiler cannot
+// move their reads above the wait, which does not name them
+template <int N>
+__device__ __forceinline__ void pin_registers(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+// this thread's shared-memory writes (generic proxy) become visible to wgmma and TMA (async proxy)
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
 // -- the last of `arrivals` blocks: every block calls this after writing its partial results to
 // global memory; it returns true in exactly one of them, the last to take a ticket, whose later

@@ -94,7 +94,7 @@ struct SharedStages {
     // orders them, so that no read still in flight sees the next tile
     __device__ void release(int t, int tiles) {
         if (t + STAGES >= tiles) return;
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        fence_proxy_async();
         __syncwarp();
         if (threadIdx.x % 32 < KV_SHARE) barrier_arrive_peer(empty + t % STAGES, threadIdx.x % 32);
     }

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from kernel_genome import Boolean, Choice, Constraint, IntRange, PowerOfTwo, Space
 from seeds._family import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance, shape
+from seeds._wgmma import wgmma_wrapper
 
 HERE = Path(__file__).parent
 SOURCES = tuple(HERE / name for name in ("vit_gemm_parts.cuh", "vit_gemm_epilogue.cuh", "vit_gemm.cu"))
@@ -185,27 +186,11 @@ SEED = SPACE.genome(dict(block_n=128, consumers=1, m_tiles=1, stages=2, schedule
                          setmaxnreg=False, blocks_per_sm=1))
 
 
-def _wgmma_wrapper(n: int) -> str:
-    """wgmma m64n{n}k16, bf16 x bf16 -> fp32, both operands from shared memory (K-major), D += A B."""
-    outputs = ", ".join(f"%{i}" for i in range(n // 2))
-    constraints = ", ".join(f'"+f"(d[{i}])' for i in range(n // 2))
-    return (f"__device__ __forceinline__ void wgmma_bf16(float (&d)[{n // 2}], uint64_t a, uint64_t b) {{\n"
-            f'    asm volatile("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{outputs}}}, '
-            f'%{n // 2}, %{n // 2 + 1}, 1, 1, 1, 0, 0;"\n'
-            f'                 : {constraints}\n                 : "l"(a), "l"(b));\n}}\n')
-
-
 def vit_shape(name: str, batch: int, patches: int, n: int, k: int, *, mission: bool = False) -> ProblemShape:
     return shape(name, m=batch * patches, n=n, k=k, p=patches, mission=mission)
 
 
 @functools.cache
-def _multiprocessors() -> int:
-    import torch
-
-    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-
-
 class VitGemm(KernelFamily):
     name = "vit_gemm"
     description = "bf16 GEMM + bias + positional embedding (ViT patch embedding), C = A W^T + bias + pos"
@@ -239,7 +224,7 @@ class VitGemm(KernelFamily):
         text = parts.read_text()
         include_end = text.index("#include <stdint.h>") + len("#include <stdint.h>\n")
         source = (f'#line 1 "{parts.name}"\n{text[:include_end]}#line 1 "_hopper.cuh"\n{HOPPER.read_text()}'
-                  f'{_wgmma_wrapper(g["block_n"])}'
+                  f'{wgmma_wrapper("wgmma_bf16", g["block_n"], "bf16")}'
                   f'#line {text[:include_end].count(chr(10)) + 1} "{parts.name}"\n{text[include_end:]}'
                   + "".join(f'#line 1 "{path.name}"\n{path.read_text()}' for path in rest))
         return BuildRecipe(source, "vit_gemm.cu", "nvcc", flags, "cubin")
@@ -282,7 +267,9 @@ class VitGemm(KernelFamily):
         """Blocks of this genome the GPU runs at once: a persistent grid's size."""
         if g["cluster"] > 1:  # the clusters that fit at once (SMs pair up within a GPC only)
             return kernel.max_active_clusters(g["cluster"], 128 * (g["consumers"] + 1), shared) * g["cluster"]
-        return _multiprocessors() * g["blocks_per_sm"]
+        from seeds._cuda import multiprocessors
+
+        return multiprocessors() * g["blocks_per_sm"]
 
     def load(self, artifact: Path, genome):
         """(kernel, knobs, its tensor maps by buffers, resident blocks), after checking that the

@@ -90,7 +90,7 @@ __device__ __forceinline__ void take_prefetched(ChunkOperands& o, int chunk, int
     // the next TMA write into this buffer is in the async proxy: order these generic-proxy reads
     // before it (without the fence a read still in flight could see the next chunk: wrong pos in
     // 1-5 of 40 launches on the H100)
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    fence_proxy_async();
 #endif
     barrier_arrive(free + b);
 #endif
@@ -278,7 +278,7 @@ __device__ __forceinline__ void epilogue(float (&acc)[M_TILES][ACC], ChunkOperan
             }
         }
 #if STORE == 0
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the TMA store reads what st.shared wrote
+        fence_proxy_async();  // the TMA store reads what st.shared wrote
         named_sync(1 + consumer, 128);
         if (threadIdx.x % 128 == 0) tma_store(c_map, col0 + chunk * CHUNK, row0, slot);  // clips rows >= M, columns >= N
 #endif

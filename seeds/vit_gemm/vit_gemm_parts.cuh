@@ -27,18 +27,6 @@ __device__ __forceinline__ void tma_store_wait_read() {
     asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(PENDING) : "memory");
 }
 
-// wgmma operand descriptor of a K-major tile whose rows are 128 bytes, 128-byte swizzled
-// (8-row groups 1024 bytes apart), starting at `tile`
-__device__ __forceinline__ uint64_t descriptor(const void* tile) {
-    const uint64_t address = smem_address(tile);
-    return ((address & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
-}
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int PENDING>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(PENDING) : "memory"); }
-
 // named barriers: 0 is the whole block (block_rendezvous); 1 + c: consumer c's staging slots; 3 + c: consumer c's turn (ping-pong)
 __device__ __forceinline__ void named_sync(int id, int count) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
