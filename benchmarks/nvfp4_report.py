@@ -15,10 +15,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fitness import BuildConfig, Builder, EvalConfig, Evaluator, screen  # noqa: E402
 from seeds import get_family  # noqa: E402
-from tests.test_nvfp4_gemm import SEED, SPLIT, WIDE  # noqa: E402
+from tests.test_nvfp4_gemm import DESIGN_POINTS  # noqa: E402
 
 family = get_family("nvfp4_gemm")
-genomes = [SEED, SPLIT, WIDE] + [family.space.check(family.space.genome(json.loads(t))) for t in sys.argv[1:]]
+genomes = list(DESIGN_POINTS) + [family.space.check(family.space.genome(json.loads(t))) for t in sys.argv[1:]]
 work = Path(tempfile.mkdtemp())
 builder = Builder(BuildConfig(work / "cache"))
 evaluator = Evaluator(family, EvalConfig(trials=1), work / "loaded")

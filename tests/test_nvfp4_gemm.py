@@ -13,6 +13,11 @@ SEED = FAMILY.seed_genomes[0]
 SPLIT = SEED.replace(block_k=128, stages=4, split_k=4)
 # a wide, short tile: 64 x 256, eight warps of 32 x 64
 WIDE = SEED.replace(block_m=64, block_n=256, warps_m=2, warps_n=4, block_k=128, stages=3, split_k=2)
+# dequantised once per block into fp16 shared-memory tiles, read by ldmatrix + mma.sync
+SHARED = SPLIT.replace(dequant="shared", block_k=64, stages=3, split_k=2)
+# the same tiles read by wgmma: two warpgroups of 128 x 64, split over K
+WGMMA = SHARED.replace(mma="wgmma", warps_m=4, warps_n=2, stages=4)
+DESIGN_POINTS = (SEED, SPLIT, WIDE, SHARED, WGMMA)
 
 
 def test_covering_sample_covers_every_value():
@@ -24,28 +29,42 @@ def test_covering_sample_covers_every_value():
 @pytest.mark.nvcc
 def test_every_knob_value_compiles_and_passes_the_screen(cache_dir):
     builder = Builder(BuildConfig(cache_dir))
-    for genome in [SEED, SPLIT, WIDE, *covering_sample(FAMILY.space)]:
+    for genome in [*DESIGN_POINTS, *covering_sample(FAMILY.space)]:
         recipe = FAMILY.build_recipe(genome)
         result = screen(builder.build(genome.id, recipe), recipe.output, FAMILY.screen_limits)
         assert result.status is Status.OK or result.message.startswith("spill bytes"), f"{genome}: {result.message}"
-    for genome in (SEED, SPLIT, WIDE):  # the design points do not spill
+    for genome in DESIGN_POINTS:  # the design points do not spill
         recipe = FAMILY.build_recipe(genome)
         assert screen(builder.build(genome.id, recipe), recipe.output, FAMILY.screen_limits).status is Status.OK
 
 
 def test_constraints_launch_and_workspace():
-    from seeds.nvfp4_gemm.spec import grid, shared_bytes, split_workspace
+    from seeds.nvfp4_gemm.spec import grid, shared_bytes, split_workspace, splits
 
     space = FAMILY.space
     assert space.is_valid(SEED.replace(block_m=64, warps_m=4))  # 16 rows a warp
     assert not space.is_valid(SEED.replace(block_n=256, warps_m=1, warps_n=2))  # 128 x 128 a warp: 512 accumulators
     assert not space.is_valid(SEED.replace(warps_n=2))  # 64 x 64 a warp: 128 accumulators, twice
     assert not space.is_valid(SEED.replace(block_n=256, block_k=128, stages=6))  # 6 x 41 KB of stages
-    mission = FAMILY.mission_shape
-    assert grid(SPLIT, mission) == (56, 1, 4)
-    assert split_workspace(SPLIT, mission) == (56 * 4 * 128 * 128, 56)
-    assert split_workspace(SEED, mission) == (0, 0)
+    assert not space.is_valid(WGMMA.replace(dequant="registers"))  # wgmma reads shared memory
+    assert not space.is_valid(WGMMA.replace(warps_m=2, warps_n=4))  # a warpgroup lies along M
+    assert not space.is_valid(WGMMA.replace(blocks_per_sm=2))  # 2 x 120 KB of shared memory
+    assert space.is_valid(WGMMA.replace(blocks_per_sm=2, stages=3))  # 2 x 104 KB
     assert shared_bytes(SEED) == 2 * (256 * (32 + 16) + 256 * 4)
+    assert shared_bytes(WGMMA) == 4 * (256 * (32 + 16) + 256 * 4) + 2 * 256 * 64 * 2 + 1024
+
+    # the split the launch takes: the most (up to split_k) whose grid still fits one wave
+    shape = {s.name: s for s in FAMILY.shapes}
+    mission = FAMILY.mission_shape
+    assert splits(SPLIT, mission, 132) == 2  # 56 tiles: 112 blocks fit 132 SMs, 224 would not
+    assert splits(SPLIT.replace(split_k=2), mission, 264) == 2  # never more than split_k
+    assert splits(SPLIT, mission, 264) == 4
+    assert splits(SPLIT, shape["square4096"], 132) == 1  # 1024 tiles fill the GPU alone
+    assert splits(SPLIT, shape["ragged"], 132) == 4  # 2 x 8 x 2 tiles
+    assert grid(SPLIT, mission, 2) == (56, 1, 2)
+    assert grid(SPLIT, shape["batched4"], 2) == (16, 1, 8)
+    assert split_workspace(SPLIT, mission, 2) == (56 * 2 * 128 * 128, 56)
+    assert split_workspace(SPLIT, mission, 1) == (0, 0)
 
 
 def test_shapes_it_cannot_compute_are_refused_clearly():
@@ -61,7 +80,7 @@ def test_shapes_it_cannot_compute_are_refused_clearly():
 def test_design_points_are_correct_on_every_shape_and_layout(tmp_path):
     builder = Builder(BuildConfig(tmp_path / "cache"))
     evaluator = Evaluator(FAMILY, EvalConfig(trials=2), tmp_path / "loaded")
-    for genome in [SEED, SPLIT, WIDE, *covering_sample(FAMILY.space, seed=1)]:
+    for genome in [*DESIGN_POINTS, *covering_sample(FAMILY.space, seed=1)]:
         recipe = FAMILY.build_recipe(genome)
         build = builder.build(genome.id, recipe)
         result = evaluator.evaluate(genome, build, screen(build, recipe.output, FAMILY.screen_limits))

@@ -1,8 +1,8 @@
 """NVFP4 block-scaled GEMM on the H100: c = fp16(sum_k a*sfa * b*sfb) with e2m1 values and e4m3 scales.
 
 Hopper has no FP4 tensor cores: nvfp4_gemm.cu turns the values into fp16 in the main loop (exact:
-an e2m1 value times an e4m3 scale fits fp16) and multiplies with mma.sync m16n8k16, fp32
-accumulation. a is M x K and b is N x K, both K-major, two values a byte; one scale per 16 values
+an e2m1 value times an e4m3 scale fits fp16), in registers or once per block into shared memory,
+and multiplies with mma.sync m16n8k16 or wgmma, fp32 accumulation. a is M x K and b is N x K, both K-major, two values a byte; one scale per 16 values
 of a row, in the plain row-major layout or the blocked layout of cuBLAS / CUTLASS (a shape's
 ``blocked`` says which the user holds; the kernel reads either, seeds/nvfp4_gemm/formats.py
 converts between them). Host formats and layouts: formats.py.
@@ -13,12 +13,17 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-from kernel_genome import Constraint, IntRange, PowerOfTwo, Space
+from kernel_genome import Boolean, Choice, Constraint, IntRange, PowerOfTwo, Space
 from seeds._family import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance, shape
+from seeds._wgmma import wgmma_wrapper
 
 HERE = Path(__file__).parent
-SOURCES = (HERE.parent / "_hopper.cuh", HERE / "nvfp4_gemm.cu")
-SMEM_LIMIT = 227 * 1024
+HOPPER = HERE.parent / "_hopper.cuh"
+SOURCES = (HERE / "nvfp4_gemm_parts.cuh", HERE / "nvfp4_gemm.cu")
+DEQUANTS = ("registers", "shared")
+MMAS = ("mma_sync", "wgmma")
+SMEM_LIMIT = 227 * 1024  # one block
+SMEM_PER_SM = 228 * 1024  # all the blocks of an SM (each also reserves 1 KiB for the system)
 MAX_ACCUMULATORS = 64  # fp32 accumulators a thread keeps (twice: the running ones and the K tile's)
 
 
@@ -29,21 +34,39 @@ def _align128(n: int) -> int:
 def shared_bytes(g) -> int:
     """Dynamic shared memory of one block; mirrors SHARED_BYTES in nvfp4_gemm.cu."""
     rows = g["block_m"] + g["block_n"]
-    return g["stages"] * _align128(rows * (g["block_k"] // 2 + 16) + rows * g["block_k"] // 16)
+    packed = g["stages"] * _align128(rows * (g["block_k"] // 2 + 16) + rows * g["block_k"] // 16)
+    # dequantisation into shared memory: two fp16 tiles of every row, 1024-byte aligned
+    return packed + (2 * rows * g["block_k"] * 2 + 1024 if g["dequant"] == "shared" else 0)
 
 
-def grid(g, s: ProblemShape) -> tuple[int, int, int]:
+def output_tiles(g, s: ProblemShape) -> tuple[int, int, int]:
+    """Output tiles along N and M, and batches."""
+    return -(-s["n"] // g["block_n"]), -(-s["m"] // g["block_m"]), s["l"]
+
+
+def splits(g, s: ProblemShape, multiprocessors: int) -> int:
+    """Blocks sharing an output tile at shape s: the most (a power of two, at most split_k) whose grid
+    still runs in one wave of blocks_per_sm blocks on each SM (1 when the tiles alone fill it)."""
+    x, y, z = output_tiles(g, s)
+    slots, count = multiprocessors * g["blocks_per_sm"], 1
+    while count * 2 <= g["split_k"] and x * y * z * count * 2 <= slots:
+        count *= 2
+    return count
+
+
+def grid(g, s: ProblemShape, split: int) -> tuple[int, int, int]:
     """Blocks of a launch: output tiles along N and M, batches times the K split."""
-    return (-(-s["n"] // g["block_n"]), -(-s["m"] // g["block_m"]), s["l"] * g["split_k"])
+    x, y, z = output_tiles(g, s)
+    return x, y, z * split
 
 
-def split_workspace(g, s: ProblemShape) -> tuple[int, int]:
+def split_workspace(g, s: ProblemShape, split: int) -> tuple[int, int]:
     """What a K split needs in global memory: floats (a block_m x block_n partial tile per block) and
     ticket counters (one per output tile); (0, 0) without a split."""
-    if g["split_k"] == 1:
+    if split == 1:
         return 0, 0
-    x, y, z = grid(g, s)
-    return x * y * z * g["block_m"] * g["block_n"], x * y * s["l"]
+    x, y, z = output_tiles(g, s)
+    return x * y * z * split * g["block_m"] * g["block_n"], x * y * z
 
 
 def _warp_tiles_fit(g) -> bool:
@@ -59,20 +82,41 @@ SPACE = Space(
         PowerOfTwo("warps_m", 1, 4, description="warps along M"),
         PowerOfTwo("warps_n", 1, 4, description="warps along N"),
         IntRange("stages", 2, 6, description="cp.async pipeline stages (values and scales of a K tile)"),
-        PowerOfTwo("split_k", 1, 8, description="blocks sharing an output tile, each on a range of K; the last "
-                                                "to finish adds the others' partial tiles (global workspace)"),
+        Choice("dequant", DEQUANTS, description="where e2m1 x scale becomes fp16: in registers, each warp for its own "
+                                                "fragments | once per block into shared-memory tiles (the next K "
+                                                "tile's while the tensor cores multiply this one)"),
+        Choice("mma", MMAS, description="tensor-core instruction: mma.sync m16n8k16 (fragments in registers) | "
+                                        "wgmma m64nNk16 from shared memory (a warpgroup of 4 warps along M)"),
+        Boolean("promote", description="each K tile's products go to fresh accumulators added in fp32 to the "
+                                       "running sums (the tensor core truncates as it accumulates)"),
+        PowerOfTwo("blocks_per_sm", 1, 2, description="blocks an SM holds at once (the register cap of "
+                                                       "__launch_bounds__); a block's barriers and waits overlap "
+                                                       "the other's work"),
+        PowerOfTwo("split_k", 1, 8, description="the most blocks sharing an output tile, each on a range of K (the "
+                                                "launch takes the most that still fit one wave on the GPU); the "
+                                                "last to finish adds the others' partial tiles (global workspace)"),
     ],
     [
         Constraint("warp_tiles_fit", _warp_tiles_fit,
                    f"a warp owns whole 16 x 8 mma tiles, at most {MAX_ACCUMULATORS} fp32 accumulators a thread "
                    "(kept twice: running, and the K tile's): "
                    "(block_m / warps_m) % 16 == 0, (block_n / warps_n) % 8 == 0"),
+        Constraint("wgmma_reads_shared_memory", lambda g: g["mma"] != "wgmma" or g["dequant"] == "shared",
+                   "wgmma takes its operands from shared memory: mma == wgmma needs dequant == shared"),
+        Constraint("wgmma_warpgroup_along_m", lambda g: g["mma"] != "wgmma" or g["warps_m"] == 4,
+                   "a wgmma warpgroup is 4 warps stacked along M: mma == wgmma needs warps_m == 4"),
         Constraint("shared_memory_fits", lambda g: shared_bytes(g) <= SMEM_LIMIT,
-                   f"stages x (values and scales of block_m + block_n rows) <= {SMEM_LIMIT} bytes"),
+                   f"stages x (values and scales of block_m + block_n rows) (+ two fp16 tiles with dequant == "
+                   f"shared) <= {SMEM_LIMIT} bytes"),
+        Constraint("blocks_fit_an_sm", lambda g: g["blocks_per_sm"] * (shared_bytes(g) + 1024) <= SMEM_PER_SM,
+                   f"blocks_per_sm * (shared bytes + 1 KiB) <= {SMEM_PER_SM}"),
     ],
+    # stored genomes from before these knobs were added built the register path with promotion
+    added_later=dict(dequant="registers", mma="mma_sync", promote=True, blocks_per_sm=1),
 )
 
-SEED = SPACE.genome(dict(block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=4, stages=2, split_k=1))
+SEED = SPACE.genome(dict(block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=4, stages=2, dequant="registers",
+                         mma="mma_sync", promote=True, blocks_per_sm=1, split_k=1))
 
 
 def gemm_shape(name: str, l: int, m: int, n: int, k: int, *, blocked: bool = False, mission: bool = False):
@@ -100,9 +144,14 @@ class Nvfp4Gemm(KernelFamily):
 
     def build_recipe(self, genome) -> BuildRecipe:
         g = genome.as_dict()
+        macros = {**{name.upper(): value for name, value in g.items() if name not in ("dequant", "mma", "promote")},
+                  "DEQUANT": DEQUANTS.index(g["dequant"]), "MMA": MMAS.index(g["mma"]), "PROMOTE": int(g["promote"])}
         flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
-            f"-D{name.upper()}={value}" for name, value in sorted(g.items()))
-        source = "".join(f'#line 1 "{path.name}"\n{path.read_text()}\n' for path in SOURCES)
+            f"-D{name}={value}" for name, value in sorted(macros.items()))
+        wrapper = (wgmma_wrapper("wgmma_f16", g["block_n"] // g["warps_n"], "f16")
+                   if g["mma"] == "wgmma" else "")
+        source = (f'#line 1 "_hopper.cuh"\n{HOPPER.read_text()}\n{wrapper}'
+                  + "".join(f'#line 1 "{path.name}"\n{path.read_text()}\n' for path in SOURCES))
         return BuildRecipe(source, "nvfp4_gemm.cu", "nvcc", flags, "cubin")
 
     def check_shape(self, shape: ProblemShape) -> None:
@@ -172,15 +221,16 @@ class Nvfp4Gemm(KernelFamily):
         return kernel, genome.as_dict(), {}
 
     def launch(self, kernel, shape: ProblemShape, inputs, output) -> None:
-        from seeds._cuda import ptr, ticketed_workspace
+        from seeds._cuda import multiprocessors, ptr, ticketed_workspace
 
         function, g, workspaces = kernel
         a, b, sfa, sfb = inputs
-        records, tickets = ticketed_workspace(workspaces, shape, *split_workspace(g, shape), a.device)
-        function.launch(grid(g, shape), (g["warps_m"] * g["warps_n"] * 32,),
+        split = splits(g, shape, multiprocessors())
+        records, tickets = ticketed_workspace(workspaces, shape, *split_workspace(g, shape, split), a.device)
+        function.launch(grid(g, shape, split), (g["warps_m"] * g["warps_n"] * 32,),
                         [ptr(a), ptr(b), ptr(sfa), ptr(sfb), ptr(output), ctypes.c_int(shape["m"]),
                          ctypes.c_int(shape["n"]), ctypes.c_int(shape["k"]), ctypes.c_int(shape["blocked"]),
-                         ptr(records), ptr(tickets)],
+                         ctypes.c_int(split), ptr(records), ptr(tickets)],
                         shared_bytes=shared_bytes(g))
 
     def flops(self, shape: ProblemShape) -> float:

@@ -1,0 +1,268 @@
+// nvfp4_gemm (see nvfp4_gemm.cu): the shared-memory plan, the operand loads, the dequantisation,
+// and the three ways a K tile is multiplied.
+#include <cuda_fp16.h>
+
+constexpr int THREADS = WARPS_M * WARPS_N * 32;
+constexpr int ROW_BYTES = BLOCK_K / 2 + 16;  // packed values of a row, padded: conflict-free words
+constexpr int SCALES = BLOCK_K / 16;         // scales of a row in a K tile
+#if MMA == 1  // a warpgroup is the 4 warps along M; it owns BLOCK_M rows (m64 tiles) x WG_N columns
+static_assert(WARPS_M == 4, "wgmma: a warpgroup's 4 warps lie along M");
+constexpr int WG_N = BLOCK_N / WARPS_N;
+constexpr int MT = BLOCK_M / 64, NT = WG_N / 8, M_STRIDE = 64;
+#else  // a warp owns (BLOCK_M / WARPS_M) x (BLOCK_N / WARPS_N): MT x NT tiles of 16 x 8
+constexpr int WARP_M = BLOCK_M / WARPS_M, WARP_N = BLOCK_N / WARPS_N;
+constexpr int MT = WARP_M / 16, NT = WARP_N / 8, M_STRIDE = 16;
+static_assert(WARP_M % 16 == 0 && WARP_N % 8 == 0, "a warp owns whole 16 x 8 mma tiles");
+#endif
+static_assert(BLOCK_K % 64 == 0, "BLOCK_K is 64 or 128");
+static_assert(DEQUANT == 1 || MMA == 0, "wgmma reads its operands from shared memory");
+
+__host__ __device__ constexpr int align128(int bytes) { return (bytes + 127) / 128 * 128; }
+// a stage of packed operands: A's rows then B's (values), then A's scales then B's
+constexpr int A_BYTES = BLOCK_M * ROW_BYTES, B_BYTES = BLOCK_N * ROW_BYTES;
+constexpr int STAGE_BYTES = align128(A_BYTES + B_BYTES + (BLOCK_M + BLOCK_N) * SCALES);
+// DEQUANT 1: two fp16 tiles (A's then B's), each [BLOCK_K / 64 atoms][rows][64 halves], 128-byte swizzled
+constexpr int A_HALVES = BLOCK_M * BLOCK_K * 2, HALF_STAGE = (BLOCK_M + BLOCK_N) * BLOCK_K * 2;
+constexpr int SHARED_BYTES = STAGES * STAGE_BYTES + (DEQUANT ? 2 * HALF_STAGE + 1024 : 0);  // + alignment slack
+
+struct Operand {
+    const unsigned char* values;  // this batch's [rows][K / 2]
+    const unsigned char* scales;  // this batch's scales, plain or blocked
+    int rows, first_row;          // rows of the operand; the block's first
+};
+
+// byte offset of scale (row, column) of a rows x columns scale matrix in the blocked layout
+__device__ __forceinline__ int blocked_offset(int row, int column, int columns) {
+    const int tile = (row / 128) * ((columns + 3) / 4) + column / 4;
+    return tile * 512 + (row % 32) * 16 + (row % 128) / 32 * 4 + column % 4;
+}
+
+__device__ __forceinline__ void copy16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void copy4(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+                 "r"(valid ? 4 : 0));
+}
+
+// The copies of one operand's rows of a K tile into shared memory, spread over the block: values in
+// 16-byte pieces, scales 4 at a time (4 consecutive scales of a row are contiguous in both layouts).
+// A thread's sources are found once; tile kt's lie kt steps further (a step is the same for all of a
+// layout's scales: blocked tiles of 4 columns are 512 bytes apart). Rows past the operand read zeros.
+template <int ROWS>
+struct TileLoader {
+    static constexpr int CHUNKS = BLOCK_K / 32, VALUE_COPIES = ROWS * CHUNKS, SCALE_COPIES = ROWS * (SCALES / 4);
+    static constexpr int VALUE_PASSES = (VALUE_COPIES + THREADS - 1) / THREADS;
+    static constexpr int SCALE_PASSES = (SCALE_COPIES + THREADS - 1) / THREADS;
+    const unsigned char* value_source[VALUE_PASSES];
+    const unsigned char* scale_source[SCALE_PASSES];
+    unsigned value_valid = 0, scale_valid = 0;  // bit p: pass p's row lies in the operand
+    int scale_step;
+
+    __device__ TileLoader(const Operand& op, int K, int blocked) : scale_step(blocked ? SCALES * 128 : SCALES) {
+#pragma unroll
+        for (int p = 0; p < VALUE_PASSES; ++p) {
+            const int i = threadIdx.x + p * THREADS, row = op.first_row + i / CHUNKS;
+            const bool valid = row < op.rows;
+            value_valid |= unsigned(valid) << p;
+            value_source[p] = op.values + (valid ? (size_t)row * (K / 2) + i % CHUNKS * 16 : 0);
+        }
+#pragma unroll
+        for (int p = 0; p < SCALE_PASSES; ++p) {
+            const int i = threadIdx.x + p * THREADS, row = op.first_row + i / (SCALES / 4), column = i % (SCALES / 4) * 4;
+            const bool valid = row < op.rows;
+            scale_valid |= unsigned(valid) << p;
+            scale_source[p] = op.scales + (!valid ? 0 : blocked ? blocked_offset(row, column, K / 16)
+                                                                 : (size_t)row * (K / 16) + column);
+        }
+    }
+
+    __device__ __forceinline__ void load(unsigned char* values, unsigned char* scales, int kt) const {
+#pragma unroll
+        for (int p = 0; p < VALUE_PASSES; ++p) {
+            const int i = threadIdx.x + p * THREADS;
+            if (VALUE_COPIES % THREADS != 0 && i >= VALUE_COPIES) break;
+            const bool valid = value_valid >> p & 1;
+            copy16(values + i / CHUNKS * ROW_BYTES + i % CHUNKS * 16, value_source[p] + (valid ? kt * (BLOCK_K / 2) : 0),
+                   valid);
+        }
+#pragma unroll
+        for (int p = 0; p < SCALE_PASSES; ++p) {
+            const int i = threadIdx.x + p * THREADS;
+            if (SCALE_COPIES % THREADS != 0 && i >= SCALE_COPIES) break;
+            const bool valid = scale_valid >> p & 1;
+            copy4(scales + i / (SCALES / 4) * SCALES + i % (SCALES / 4) * 4,
+                  scale_source[p] + (valid ? kt * scale_step : 0), valid);
+        }
+    }
+};
+
+__device__ __forceinline__ uint32_t mul_half2(uint32_t a, uint32_t b) {
+    uint32_t out;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(out) : "r"(a), "r"(b));
+    return out;
+}
+
+// Dequantised operands carry a factor 2^-7 each (so their products 2^-14, undone in fp32 at the store):
+// an e2m1 code (s e e m) placed as the fp16 bits (s 0 0 0 e e m 0...0) is the e2m1 value times 2^-14
+// (subnormals included), and times (scale * 2^7) it is value * scale * 2^-7: at most 5 significant
+// bits in [2^-17, 21], exact in fp16 (its subnormals reach 2^-24), with no overflow (448 * 2^7 < 65504).
+constexpr float UNSCALE = 16384.0f;
+
+// an e4m3 scale times 2^7, in both halves of an fp16 pair
+__device__ __forceinline__ uint32_t scale_factor(unsigned scale) {
+    uint32_t pair;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(pair) : "h"(static_cast<unsigned short>(scale | (scale << 8))));
+    return mul_half2(pair, 0x58005800u);
+}
+
+// 8 e2m1 values (one word, value i in bits 4i..4i+3) times their scale factor -> 4 fp16 pairs
+// {v3, v7}, {v2, v6}, {v1, v5}, {v0, v4}: pair k's sign bits move up 4k to bits 15 / 31, their
+// e e m bits 4k - 3 to bits 9..11 / 25..27
+__device__ __forceinline__ void dequantize8(uint32_t w, uint32_t factor, uint32_t (&out)[4]) {
+    out[0] = mul_half2((w & 0x80008000u) | ((w >> 3) & 0x0E000E00u), factor);
+    out[1] = mul_half2(((w << 4) & 0x80008000u) | ((w << 1) & 0x0E000E00u), factor);
+    out[2] = mul_half2(((w << 8) & 0x80008000u) | ((w << 5) & 0x0E000E00u), factor);
+    out[3] = mul_half2(((w << 12) & 0x80008000u) | ((w << 9) & 0x0E000E00u), factor);
+}
+
+#if DEQUANT == 0
+// -- dequantisation in registers: each warp turns the packed words of its own rows into mma.sync
+// fragments. K may be permuted inside a row as long as A and B are permuted alike: a thread takes 8
+// consecutive values (one word, one scale) of a 32-wide K span as its k slots of two m16n8k16 steps.
+
+// a row's word for this thread in span s of a stage: values 32 s + 8 t .. + 7, and their scale
+__device__ __forceinline__ void row_word(const unsigned char* values, const unsigned char* scales, int row, int s,
+                                         uint32_t (&out)[4]) {
+    const int t = threadIdx.x % 4;
+    const uint32_t word = *reinterpret_cast<const uint32_t*>(values + row * ROW_BYTES + s * 16 + t * 4);
+    dequantize8(word, scale_factor(scales[row * SCALES + 2 * s + t / 2]), out);
+}
+
+// the warp's tile over one stage: two m16n8k16 steps per 32-wide span of K
+__device__ __forceinline__ void multiply_stage(float (&acc)[MT][NT][4], const unsigned char* stage, int warp_row,
+                                               int warp_col) {
+    const unsigned char* a_values = stage;
+    const unsigned char* b_values = stage + A_BYTES;
+    const unsigned char* a_scales = stage + A_BYTES + B_BYTES;
+    const unsigned char* b_scales = a_scales + BLOCK_M * SCALES;
+    const int g = threadIdx.x % 32 / 4;
+#pragma unroll
+    for (int s = 0; s < BLOCK_K / 32; ++s) {
+        uint32_t a[MT][2][4], b[NT][4];
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+            uint32_t top[4], bottom[4];  // rows g and g + 8 of the 16-row tile
+            row_word(a_values, a_scales, warp_row + m * 16 + g, s, top);
+            row_word(a_values, a_scales, warp_row + m * 16 + g + 8, s, bottom);
+#pragma unroll
+            for (int step = 0; step < 2; ++step) {
+                a[m][step][0] = top[2 * step];
+                a[m][step][1] = bottom[2 * step];
+                a[m][step][2] = top[2 * step + 1];
+                a[m][step][3] = bottom[2 * step + 1];
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < NT; ++n) row_word(b_values, b_scales, warp_col + n * 8 + g, s, b[n]);
+#pragma unroll
+        for (int step = 0; step < 2; ++step)
+#pragma unroll
+            for (int m = 0; m < MT; ++m)
+#pragma unroll
+                for (int n = 0; n < NT; ++n) mma16816(acc[m][n], a[m][step], b[n][2 * step], b[n][2 * step + 1]);
+    }
+}
+#else
+// -- dequantisation into shared memory: the whole block turns a stage's packed rows into fp16 tiles
+// once (16 values, two 16-byte chunks, one scale per thread at a time), laid out for wgmma's 128-byte
+// swizzle, which ldmatrix reads conflict-free too. Chunk c of a row holds its 8 values in
+// dequantize8's order, the same in A and B, so the products pair up.
+
+// byte offset of 16-byte chunk c (of the K tile) of row r in an fp16 tile of `rows` rows
+__device__ __forceinline__ int chunk_offset(int r, int c, int rows) {
+    return (c / 8) * rows * 128 + r * 128 + ((c % 8) ^ (r % 8)) * 16;
+}
+
+__device__ __forceinline__ void store16(unsigned char* dst, const uint32_t (&v)[4]) {
+    *reinterpret_cast<uint4*>(dst) = make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+// ROWS packed rows (values at `values`, scales at `scales`) into the fp16 tile `tile`; a thread takes
+// the same 16-value unit of every (THREADS / UNITS)-th row
+template <int ROWS>
+__device__ __forceinline__ void dequantize_rows(const unsigned char* values, const unsigned char* scales,
+                                                unsigned char* tile) {
+    constexpr int UNITS = BLOCK_K / 16, ROWS_PER_PASS = THREADS / UNITS;
+    static_assert(THREADS % UNITS == 0, "a thread keeps its unit");
+    const int u = threadIdx.x % UNITS, first = threadIdx.x / UNITS;
+#pragma unroll
+    for (int pass = 0; pass < (ROWS + ROWS_PER_PASS - 1) / ROWS_PER_PASS; ++pass) {
+        const int r = first + pass * ROWS_PER_PASS;
+        if (ROWS % ROWS_PER_PASS != 0 && r >= ROWS) break;
+        const uint2 words = *reinterpret_cast<const uint2*>(values + r * ROW_BYTES + u * 8);
+        const uint32_t factor = scale_factor(scales[r * SCALES + u]);
+        uint32_t first_half[4], second_half[4];
+        dequantize8(words.x, factor, first_half);
+        dequantize8(words.y, factor, second_half);
+        store16(tile + chunk_offset(r, 2 * u, ROWS), first_half);
+        store16(tile + chunk_offset(r, 2 * u + 1, ROWS), second_half);
+    }
+}
+
+__device__ __forceinline__ void dequantize_stage(const unsigned char* stage, unsigned char* halves) {
+    const unsigned char* scales = stage + A_BYTES + B_BYTES;
+    dequantize_rows<BLOCK_M>(stage, scales, halves);
+    dequantize_rows<BLOCK_N>(stage + A_BYTES, scales + BLOCK_M * SCALES, halves + A_HALVES);
+}
+
+#if MMA == 0
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const unsigned char* address) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(address)));
+}
+
+// the warp's tile over one stage from the fp16 tiles: per k16 step, ldmatrix x4 gives an A fragment
+// (rows +0 / +8, chunks 2j / 2j + 1) or the B fragments of two n8 tiles, then mma.sync
+__device__ __forceinline__ void multiply_stage(float (&acc)[MT][NT][4], const unsigned char* halves, int warp_row,
+                                               int warp_col) {
+    const int lane = threadIdx.x % 32, q = lane / 8;
+#pragma unroll
+    for (int j = 0; j < BLOCK_K / 16; ++j) {
+        uint32_t a[MT][4], b[NT][2];
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+            ldmatrix_x4(a[m], halves + chunk_offset(warp_row + m * 16 + q % 2 * 8 + lane % 8, 2 * j + q / 2, BLOCK_M));
+#pragma unroll
+        for (int n = 0; n < NT; n += 2) {
+            uint32_t r[4];
+            ldmatrix_x4(r, halves + A_HALVES + chunk_offset(warp_col + (n + q / 2) * 8 + lane % 8, 2 * j + q % 2, BLOCK_N));
+            b[n][0] = r[0], b[n][1] = r[1], b[n + 1][0] = r[2], b[n + 1][1] = r[3];
+        }
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int n = 0; n < NT; ++n) mma16816(acc[m][n], a[m], b[n][0], b[n][1]);
+    }
+}
+#else
+// the warpgroup's wgmma over one stage (asynchronous: committed, not waited for); `fresh`: the first
+// k16 step overwrites d instead of adding to it
+__device__ __forceinline__ void multiply_stage(float (&d)[MT][NT][4], const unsigned char* halves, int warp_col,
+                                               bool fresh) {
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < BLOCK_K / 16; ++j) {
+        const int atom = j / 4, within = j % 4 * 32;
+        const uint64_t b = descriptor(halves + A_HALVES + atom * BLOCK_N * 128 + warp_col * 128 + within);
+#pragma unroll
+        for (int t = 0; t < MT; ++t)
+            wgmma_f16(reinterpret_cast<float(&)[NT * 4]>(d[t]),
+                      descriptor(halves + atom * BLOCK_M * 128 + t * 64 * 128 + within), b, !(fresh && j == 0));
+    }
+    wgmma_commit();
+}
+#endif
+#endif
