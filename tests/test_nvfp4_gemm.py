@@ -17,7 +17,9 @@ WIDE = SEED.replace(block_m=64, block_n=256, warps_m=2, warps_n=4, block_k=128, 
 SHARED = SPLIT.replace(dequant="shared", block_k=64, stages=3, split_k=2)
 # the same tiles read by wgmma: two warpgroups of 128 x 64, split over K
 WGMMA = SHARED.replace(mma="wgmma", warps_m=4, warps_n=2, stages=4)
-DESIGN_POINTS = (SEED, SPLIT, WIDE, SHARED, WGMMA)
+# four warpgroups of 128 x 64 (a 128 x 256 tile), accumulating in the tensor core, up to 8 splits
+WGMMA_WIDE = WGMMA.replace(block_n=256, warps_n=4, promote=False, split_k=8)
+DESIGN_POINTS = (SEED, SPLIT, WIDE, SHARED, WGMMA, WGMMA_WIDE)
 
 
 def test_covering_sample_covers_every_value():

@@ -1,0 +1,23 @@
+"""Launch nvfp4_gemm design points twice per shape and check each output (GPU); for compute-sanitizer.
+
+    compute-sanitizer --tool memcheck --report-api-errors no --kernel-name kns=nvfp4_gemm \
+        python benchmarks/nvfp4_sanitize.py          # also --tool synccheck
+
+The design points of tests/test_nvfp4_gemm.py (dequantisation in registers and into shared memory,
+mma.sync and wgmma, split-K) on every shape but the two largest (the sanitizer slows launches
+down a hundredfold). Outputs are NaN-poisoned before each launch.
+"""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from _reporting import launch_each
+from seeds import get_family
+from test_nvfp4_gemm import SEED, SHARED, SPLIT, WGMMA, WGMMA_WIDE, WIDE
+
+family = get_family("nvfp4_gemm")
+genomes = {"seed": SEED, "split-K": SPLIT, "wide": WIDE, "shared + mma.sync": SHARED, "wgmma": WGMMA,
+           "wgmma 128x256": WGMMA_WIDE}
+shapes = [s for s in family.shapes if s.name not in ("m128_n7168_k16384", "square4096")]
+# a loose bound for the sanitizer's purpose (the evaluator checks rtol = atol = 1e-3)
+launch_each(family, genomes, shapes, max_abs_error=5e-3)
