@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kernel_genome import Boolean, Constraint, IntRange, PowerOfTwo, Space
 from seeds._family import BuildRecipe, ScreenLimits
-from seeds.vit_gemm.spec import VitGemm, _multiprocessors
+from seeds.vit_gemm.spec import VitGemm
 
 HERE = Path(__file__).parent
 SOURCE = HERE / "vit_gemm_sm100.cu"
@@ -80,7 +80,9 @@ class VitGemmSm100(VitGemm):
         return shared_bytes(genome)
 
     def resident_blocks(self, kernel, g, shared: int) -> int:
-        return _multiprocessors()  # one block an SM
+        from seeds._cuda import multiprocessors
+
+        return multiprocessors()  # one block an SM
 
     def launch(self, kernel, shape, inputs, output) -> None:
         from seeds._cuda import matrix_map, ptr
