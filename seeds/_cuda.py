@@ -8,6 +8,7 @@ stream, so that torch tensors, CUDA events and graphs all see the same work.
 from __future__ import annotations
 
 import ctypes
+import functools
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -43,8 +44,9 @@ def ptr(tensor) -> ctypes.c_void_p:
     return ctypes.c_void_p(tensor.data_ptr())
 
 
+@functools.cache
 def multiprocessors() -> int:
-    """SMs of torch's current CUDA device."""
+    """SMs of torch's current CUDA device (asked once)."""
     import torch
 
     return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count

@@ -13,7 +13,6 @@ path as knobs (see vit_gemm.cu's header).
 from __future__ import annotations
 
 import ctypes
-import functools
 from pathlib import Path
 
 from kernel_genome import Boolean, Choice, Constraint, IntRange, PowerOfTwo, Space
@@ -190,7 +189,6 @@ def vit_shape(name: str, batch: int, patches: int, n: int, k: int, *, mission: b
     return shape(name, m=batch * patches, n=n, k=k, p=patches, mission=mission)
 
 
-@functools.cache
 class VitGemm(KernelFamily):
     name = "vit_gemm"
     description = "bf16 GEMM + bias + positional embedding (ViT patch embedding), C = A W^T + bias + pos"
