@@ -88,20 +88,25 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[m][n][e] += tile[m][n][e];
     };
+#if MMA == 0
+    // mma.sync (synchronous): a K tile's products into acc, through fresh accumulators with PROMOTE
+    auto multiply_into_acc = [&](const unsigned char* operands) {
+#if PROMOTE
+        float tile[MT][NT][4] = {};
+        multiply_stage(tile, operands, warp_row, warp_col);
+        add_into_acc(tile);
+#else
+        multiply_stage(acc, operands, warp_row, warp_col);
+#endif
+    };
+#endif
 #if DEQUANT == 0
     for (int kt = begin; kt < end; ++kt) {
         cp_async_wait<STAGES - 2>();  // tile kt has landed (this thread's copies) ...
         __syncthreads();              // ... everyone's; and everyone is done with the stage refilled next
         if (kt + STAGES - 1 < end) load_stage(kt + STAGES - 1);
         cp_async_commit();
-        const unsigned char* stage = raw + (kt - begin) % STAGES * STAGE_BYTES;
-#if PROMOTE
-        float tile[MT][NT][4] = {};
-        multiply_stage(tile, stage, warp_row, warp_col);
-        add_into_acc(tile);
-#else
-        multiply_stage(acc, stage, warp_row, warp_col);
-#endif
+        multiply_into_acc(raw + (kt - begin) % STAGES * STAGE_BYTES);
     }
 #else
     // tile kt's fp16 operands are in halves[(kt - begin) % 2]; while the tensor cores multiply them,
@@ -124,12 +129,8 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
         multiply_stage(tile, current, warp_col, true);
 #elif MMA == 1
         multiply_stage(acc, current, warp_col, false);
-#elif PROMOTE
-        float tile[MT][NT][4] = {};
-        multiply_stage(tile, current, warp_row, warp_col);
-        add_into_acc(tile);
 #else
-        multiply_stage(acc, current, warp_row, warp_col);
+        multiply_into_acc(current);
 #endif
         if (kt + 1 < end) {
             if (!AHEAD) {
