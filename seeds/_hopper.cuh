@@ -45,6 +45,13 @@ __device__ __forceinline__ void pin_registers(float (&r)[N]) {
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
+// the same for registers a wgmma reads (its A fragments): held until here, not reused before
+template <int N>
+__device__ __forceinline__ void pin_registers(uint32_t (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
 // this thread's shared-memory writes (generic proxy) become visible to wgmma and TMA (async proxy)
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 

@@ -19,7 +19,11 @@ SHARED = SPLIT.replace(dequant="shared", block_k=64, stages=3, split_k=2)
 WGMMA = SHARED.replace(mma="wgmma", warps_m=4, warps_n=2, stages=4)
 # four warpgroups of 128 x 64 (a 128 x 256 tile), accumulating in the tensor core, up to 8 splits
 WGMMA_WIDE = WGMMA.replace(block_n=256, warps_n=4, promote=False, split_k=8)
-DESIGN_POINTS = (SEED, SPLIT, WIDE, SHARED, WGMMA, WGMMA_WIDE)
+# operands swapped: b dequantised in registers as wgmma's A, a's rows its N from shared memory
+SWAPPED = SPLIT.replace(warps_m=4, warps_n=2, mma="wgmma_swapped", promote=False, split_k=8)
+# one warpgroup of 64 columns, two blocks an SM
+SWAPPED_NARROW = SWAPPED.replace(block_n=64, warps_n=1, stages=2, blocks_per_sm=2)
+DESIGN_POINTS = (SEED, SPLIT, WIDE, SHARED, WGMMA, WGMMA_WIDE, SWAPPED, SWAPPED_NARROW)
 
 
 def test_covering_sample_covers_every_value():

@@ -22,11 +22,16 @@
 // Knobs (macros):
 //   BLOCK_M, BLOCK_N, BLOCK_K   block tile (BLOCK_K in K elements: 64 or 128)
 //   WARPS_M, WARPS_N            warp grid; mma.sync: a warp owns (BLOCK_M / WARPS_M) x (BLOCK_N / WARPS_N);
-//                               wgmma: WARPS_M = 4 (a warpgroup), WARPS_N warpgroups side by side
+//                               wgmma: WARPS_M = 4 (a warpgroup), WARPS_N warpgroups side by side;
+//                               swapped wgmma: WARPS_N warpgroups of 4 warps, 64 columns of c each
 //   STAGES                      cp.async pipeline depth (packed values and scales of a K tile)
 //   DEQUANT                     0: in registers; 1: into shared memory, the next tile's while the
 //                               tensor cores multiply this one (two fp16 tiles)
-//   MMA                         0: mma.sync m16n8k16; 1: wgmma from shared memory (needs DEQUANT 1)
+//   MMA                         0: mma.sync m16n8k16; 1: wgmma from shared memory (needs DEQUANT 1);
+//                               2: swapped wgmma (needs DEQUANT 0): b's rows are wgmma's M, dequantised
+//                               in registers as its A operand, a's rows its N, dequantised once per
+//                               block into an fp16 tile in shared memory (B); b never passes through
+//                               shared memory as fp16
 //   PROMOTE                     1: fp32 add of each K tile's products into the running sums
 //   BLOCKS_PER_SM               blocks an SM holds at once (the register cap of __launch_bounds__)
 //   SPLIT_K                     the most blocks sharing one output tile (the launch passes `splits`,
@@ -43,6 +48,8 @@
         __VA_ARGS__                                                                      \
     }
 
+constexpr int TILE_COLS = MMA == 2 ? BLOCK_M : BLOCK_N;  // columns of an accumulator tile (wgmma's N)
+
 extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
 nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* sfa, const unsigned char* sfb,
            half* c, int M, int N, int K, int blocked, int splits, float* workspace, unsigned* tickets) {
@@ -55,7 +62,7 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
     const Operand B{b + (size_t)batch * N * (K / 2), sfb + batch * b_scale_bytes, N, n0};
     const int k_tiles = K / BLOCK_K, begin = split * k_tiles / splits, end = (split + 1) * k_tiles / splits;
 
-#if DEQUANT == 0
+#if DEQUANT == 0 && MMA != 2  // no fp16 tiles
     unsigned char* raw = smem;
 #else
     unsigned char* halves = smem + (1024 - smem_address(smem) % 1024) % 1024;  // two fp16 tiles, swizzle-aligned
@@ -76,6 +83,8 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #if MMA == 1
     const int warp_row = warp % 4 * 16, warp_col = warp / 4 * WG_N;
+#elif MMA == 2  // (row, col) of the accumulators: wgmma's (M, N) = c's (column, row)
+    const int warp_row = warp / 4 * 64 + warp % 4 * 16, warp_col = 0;
 #else
     const int warp_row = warp / WARPS_N * WARP_M, warp_col = warp % WARPS_N * WARP_N;
 #endif
@@ -100,7 +109,7 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
 #endif
     };
 #endif
-#if DEQUANT == 0
+#if DEQUANT == 0 && MMA != 2  // no fp16 tiles
     for (int kt = begin; kt < end; ++kt) {
         cp_async_wait<STAGES - 2>();  // tile kt has landed (this thread's copies) ...
         __syncthreads();              // ... everyone's; and everyone is done with the stage refilled next
@@ -112,36 +121,62 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
     // tile kt's fp16 operands are in halves[(kt - begin) % 2]; while the tensor cores multiply them,
     // the block dequantises tile kt + 1 into the other pair. With 3 or more stages tile kt + 1's packed
     // operands have landed before the barrier that ends iteration kt - 1 (one barrier a K tile);
-    // with 2, a second barrier waits for them.
+    // with 2, a second barrier waits for them. Swapped wgmma: halves hold a's tiles alone, and each
+    // warp dequantises b's rows of tile kt + 1 into its next A fragments meanwhile.
     constexpr int AHEAD = STAGES >= 3 ? 1 : 0;  // packed tiles beyond the next known landed at a barrier
+    // Swapped wgmma: A fragments in two sets, the one the tile's wgmma reads and the one the next
+    // tile's are dequantised into, swapping roles every tile (the loop below takes two tiles a turn):
+    // a wgmma reads its A registers while it runs, so a set is pinned until the wait and only then
+    // refilled. The other paths have no fragments (a set of one, unused).
+    using Fragments = uint32_t[MMA == 2 ? BLOCK_K / 16 : 1][4];
+    Fragments fragments_0, fragments_1;
+    auto prepare = [&](const unsigned char* stage, unsigned char* tiles, Fragments& fill) {
+#if MMA == 2
+        dequantize_a(stage, tiles);
+        load_b_fragments(stage, warp_row, fill);
+#else
+        dequantize_stage(stage, tiles);
+#endif
+    };
+    auto multiply = [&](float (&d)[MT][NT][4], const unsigned char* tiles, bool fresh, const Fragments& use) {
+#if MMA == 2
+        multiply_stage(d, use, tiles, fresh);
+#elif MMA == 1
+        multiply_stage(d, tiles, warp_col, fresh);
+#else
+        multiply_into_acc(tiles);
+#endif
+    };
     cp_async_wait<STAGES - 2 - AHEAD>();
     __syncthreads();
-    if (begin < end) dequantize_stage(raw, halves);
+    if (begin < end) prepare(raw, halves, fragments_0);
     fence_proxy_async();  // (wgmma reads through the async proxy)
     __syncthreads();
-    for (int kt = begin; kt < end; ++kt) {
+    // K tile kt, its A fragments in `use`; tile kt + 1's go to `fill`
+    auto iteration = [&](int kt, Fragments& use, Fragments& fill) {
         const int i = kt - begin;
         if (kt + STAGES - 1 < end) load_stage(kt + STAGES - 1);  // into the stage dequantised before the last barrier
         cp_async_commit();
         const unsigned char* current = halves + i % 2 * HALF_STAGE;
-#if MMA == 1 && PROMOTE
+#if MMA != 0 && PROMOTE
         float tile[MT][NT][4];
-        multiply_stage(tile, current, warp_col, true);
-#elif MMA == 1
-        multiply_stage(acc, current, warp_col, false);
+        multiply(tile, current, true, use);
 #else
-        multiply_into_acc(current);
+        multiply(acc, current, false, use);
 #endif
         if (kt + 1 < end) {
             if (!AHEAD) {
                 cp_async_wait<STAGES - 2>();  // tile kt + 1 has landed (everyone's, after the barrier)
                 __syncthreads();
             }
-            dequantize_stage(raw + (i + 1) % STAGES * STAGE_BYTES, halves + (i + 1) % 2 * HALF_STAGE);
+            prepare(raw + (i + 1) % STAGES * STAGE_BYTES, halves + (i + 1) % 2 * HALF_STAGE, fill);
             fence_proxy_async();
         }
-#if MMA == 1
+#if MMA != 0
         wgmma_wait<0>();
+#if MMA == 2
+        pin_registers(reinterpret_cast<uint32_t(&)[BLOCK_K / 4]>(use));
+#endif
 #if PROMOTE
         pin_registers(reinterpret_cast<float(&)[MT * NT * 4]>(tile));
         add_into_acc(tile);
@@ -151,6 +186,10 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
 #endif
         if (AHEAD) cp_async_wait<STAGES - 3>();  // tile kt + 2 has landed (everyone's, after the barrier)
         __syncthreads();  // tile kt + 1's fp16 operands are complete; tile kt's pair is free
+    };
+    for (int kt = begin; kt < end; kt += 2) {
+        iteration(kt, fragments_0, fragments_1);
+        if (kt + 1 < end) iteration(kt + 1, fragments_1, fragments_0);
     }
 #endif
 
@@ -160,19 +199,27 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
         // this block's partial tile into its record; the last of the tile's `splits` blocks adds the others'
         const size_t tile = ((size_t)batch * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
         float* records = workspace + tile * splits * BLOCK_M * BLOCK_N;
-        FOR_EACH_PAIR(*reinterpret_cast<float2*>(records + split * BLOCK_M * BLOCK_N + row * BLOCK_N + col) =
+        FOR_EACH_PAIR(*reinterpret_cast<float2*>(records + split * BLOCK_M * BLOCK_N + row * TILE_COLS + col) =
                           make_float2(acc[m][n][2 * h], acc[m][n][2 * h + 1]);)
         if (!last_to_arrive(tickets + tile, splits)) return;
         for (int other = 0; other < splits; ++other) {
             if (other == split) continue;
             FOR_EACH_PAIR(const float2 v = __ldcg(reinterpret_cast<const float2*>(
-                              records + other * BLOCK_M * BLOCK_N + row * BLOCK_N + col));
+                              records + other * BLOCK_M * BLOCK_N + row * TILE_COLS + col));
                           acc[m][n][2 * h] += v.x; acc[m][n][2 * h + 1] += v.y;)
         }
     }
 #endif
+#if MMA == 2  // the pair is c[m0 + col][n0 + row] and c[m0 + col + 1][n0 + row]
+    FOR_EACH_PAIR(if (n0 + row < N) {
+                      if (m0 + col < M) out[(size_t)(m0 + col) * N + n0 + row] = __float2half_rn(acc[m][n][2 * h] * UNSCALE);
+                      if (m0 + col + 1 < M)
+                          out[(size_t)(m0 + col + 1) * N + n0 + row] = __float2half_rn(acc[m][n][2 * h + 1] * UNSCALE);
+                  })
+#else
     FOR_EACH_PAIR(if (m0 + row < M && n0 + col < N) *reinterpret_cast<half2*>(out + (size_t)(m0 + row) * N + n0 + col) =
                       __floats2half2_rn(acc[m][n][2 * h] * UNSCALE, acc[m][n][2 * h + 1] * UNSCALE);)
+#endif
 }
 
 // what the kernel carves out of shared memory, read back by the family's load() to check spec.py

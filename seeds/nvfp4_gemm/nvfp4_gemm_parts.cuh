@@ -9,21 +9,28 @@ constexpr int SCALES = BLOCK_K / 16;         // scales of a row in a K tile
 static_assert(WARPS_M == 4, "wgmma: a warpgroup's 4 warps lie along M");
 constexpr int WG_N = BLOCK_N / WARPS_N;
 constexpr int MT = BLOCK_M / 64, NT = WG_N / 8, M_STRIDE = 64;
+#elif MMA == 2  // operands swapped: warpgroup w owns columns 64 w .. 64 w + 63 of c (b's rows: wgmma's M)
+                // for all BLOCK_M rows of c (a's rows: wgmma's N); a warp 16 of the columns
+static_assert(WARPS_M == 4 && BLOCK_N == 64 * WARPS_N, "swapped wgmma: a warpgroup (4 warps) owns 64 columns");
+constexpr int MT = 1, NT = BLOCK_M / 8, M_STRIDE = 64;
 #else  // a warp owns (BLOCK_M / WARPS_M) x (BLOCK_N / WARPS_N): MT x NT tiles of 16 x 8
 constexpr int WARP_M = BLOCK_M / WARPS_M, WARP_N = BLOCK_N / WARPS_N;
 constexpr int MT = WARP_M / 16, NT = WARP_N / 8, M_STRIDE = 16;
 static_assert(WARP_M % 16 == 0 && WARP_N % 8 == 0, "a warp owns whole 16 x 8 mma tiles");
 #endif
 static_assert(BLOCK_K % 64 == 0, "BLOCK_K is 64 or 128");
-static_assert(DEQUANT == 1 || MMA == 0, "wgmma reads its operands from shared memory");
+static_assert(MMA != 1 || DEQUANT == 1, "wgmma reads both operands from shared memory");
+static_assert(MMA != 2 || DEQUANT == 0, "swapped wgmma: b is dequantised in registers");
 
 __host__ __device__ constexpr int align128(int bytes) { return (bytes + 127) / 128 * 128; }
 // a stage of packed operands: A's rows then B's (values), then A's scales then B's
 constexpr int A_BYTES = BLOCK_M * ROW_BYTES, B_BYTES = BLOCK_N * ROW_BYTES;
 constexpr int STAGE_BYTES = align128(A_BYTES + B_BYTES + (BLOCK_M + BLOCK_N) * SCALES);
-// DEQUANT 1: two fp16 tiles (A's then B's), each [BLOCK_K / 64 atoms][rows][64 halves], 128-byte swizzled
-constexpr int A_HALVES = BLOCK_M * BLOCK_K * 2, HALF_STAGE = (BLOCK_M + BLOCK_N) * BLOCK_K * 2;
-constexpr int SHARED_BYTES = STAGES * STAGE_BYTES + (DEQUANT ? 2 * HALF_STAGE + 1024 : 0);  // + alignment slack
+// fp16 tiles, each [BLOCK_K / 64 atoms][rows][64 halves], 128-byte swizzled, two of them (the tile
+// multiplied and the next): DEQUANT 1, A's then B's; swapped wgmma (MMA 2), A's alone
+constexpr int A_HALVES = BLOCK_M * BLOCK_K * 2;
+constexpr int HALF_STAGE = DEQUANT == 1 ? (BLOCK_M + BLOCK_N) * BLOCK_K * 2 : MMA == 2 ? A_HALVES : 0;
+constexpr int SHARED_BYTES = STAGES * STAGE_BYTES + (HALF_STAGE ? 2 * HALF_STAGE + 1024 : 0);  // + alignment slack
 
 struct Operand {
     const unsigned char* values;  // this batch's [rows][K / 2]
@@ -128,6 +135,15 @@ __device__ __forceinline__ void dequantize8(uint32_t w, uint32_t factor, uint32_
     out[3] = mul_half2(((w << 12) & 0x80008000u) | ((w << 9) & 0x0E000E00u), factor);
 }
 
+// byte offset of 16-byte chunk c (of the K tile) of row r in an fp16 tile of `rows` rows
+__device__ __forceinline__ int chunk_offset(int r, int c, int rows) {
+    return (c / 8) * rows * 128 + r * 128 + ((c % 8) ^ (r % 8)) * 16;
+}
+
+__device__ __forceinline__ void store16(unsigned char* dst, const uint32_t (&v)[4]) {
+    *reinterpret_cast<uint4*>(dst) = make_uint4(v[0], v[1], v[2], v[3]);
+}
+
 #if DEQUANT == 0
 // -- dequantisation in registers: each warp turns the packed words of its own rows into mma.sync
 // fragments. K may be permuted inside a row as long as A and B are permuted alike: a thread takes 8
@@ -141,6 +157,7 @@ __device__ __forceinline__ void row_word(const unsigned char* values, const unsi
     dequantize8(word, scale_factor(scales[row * SCALES + 2 * s + t / 2]), out);
 }
 
+#if MMA == 0
 // the warp's tile over one stage: two m16n8k16 steps per 32-wide span of K
 __device__ __forceinline__ void multiply_stage(float (&acc)[MT][NT][4], const unsigned char* stage, int warp_row,
                                                int warp_col) {
@@ -176,19 +193,74 @@ __device__ __forceinline__ void multiply_stage(float (&acc)[MT][NT][4], const un
     }
 }
 #else
+// -- swapped wgmma (MMA 2): b's rows are wgmma's M, dequantised by each warp into its A fragments in
+// registers (row_word's order, as mma.sync takes them); a's rows are wgmma's N, dequantised once per
+// block into an fp16 tile in shared memory whose k slots follow the same order: in k16 step
+// j = 2 s + step, thread t's slots 2t, 2t + 1 hold dequantize8's pair 2 step of its word, slots 2t + 8,
+// 2t + 9 pair 2 step + 1; so chunk 2 j + half of a row is pair 2 step + half of words t = 0..3.
+
+// the warp's A fragments of one stage: rows g and g + 8 of its 16 columns of c, every k16 step
+__device__ __forceinline__ void load_b_fragments(const unsigned char* stage, int warp_row,
+                                                 uint32_t (&a)[BLOCK_K / 16][4]) {
+    const unsigned char* b_values = stage + A_BYTES;
+    const unsigned char* b_scales = stage + A_BYTES + B_BYTES + BLOCK_M * SCALES;
+    const int g = threadIdx.x % 32 / 4;
+#pragma unroll
+    for (int s = 0; s < BLOCK_K / 32; ++s) {
+        uint32_t top[4], bottom[4];
+        row_word(b_values, b_scales, warp_row + g, s, top);
+        row_word(b_values, b_scales, warp_row + g + 8, s, bottom);
+#pragma unroll
+        for (int step = 0; step < 2; ++step) {
+            a[2 * s + step][0] = top[2 * step];
+            a[2 * s + step][1] = bottom[2 * step];
+            a[2 * s + step][2] = top[2 * step + 1];
+            a[2 * s + step][3] = bottom[2 * step + 1];
+        }
+    }
+}
+
+// a's BLOCK_M packed rows of a stage into the fp16 tile `tile`: a unit is (row, span s), the four
+// words of the span (one 16-byte load) and their two scales, written as four 16-byte chunks.
+// Consecutive threads take consecutive rows: eight of them load 80-byte-strided rows and store one
+// chunk column of eight swizzled rows, both without bank conflicts
+__device__ __forceinline__ void dequantize_a(const unsigned char* stage, unsigned char* tile) {
+    constexpr int SPANS = BLOCK_K / 32, UNITS = BLOCK_M * SPANS;
+    const unsigned char* scales = stage + A_BYTES + B_BYTES;
+#pragma unroll
+    for (int unit = threadIdx.x; unit < UNITS; unit += THREADS) {
+        const int r = unit % BLOCK_M, s = unit / BLOCK_M;
+        const uint4 words = *reinterpret_cast<const uint4*>(stage + r * ROW_BYTES + s * 16);
+        const uint32_t low = scale_factor(scales[r * SCALES + 2 * s]), high = scale_factor(scales[r * SCALES + 2 * s + 1]);
+        uint32_t pairs[4][4];  // [word t][pair]
+        dequantize8(words.x, low, pairs[0]);
+        dequantize8(words.y, low, pairs[1]);
+        dequantize8(words.z, high, pairs[2]);
+        dequantize8(words.w, high, pairs[3]);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {  // chunk 2 (2 s + step) + half = 4 s + c holds pair c of each word
+            const uint32_t chunk[4] = {pairs[0][c], pairs[1][c], pairs[2][c], pairs[3][c]};
+            store16(tile + chunk_offset(r, 4 * s + c, BLOCK_M), chunk);
+        }
+    }
+}
+
+// the warpgroup's wgmma over one stage, A from registers (asynchronous: committed, not waited for)
+__device__ __forceinline__ void multiply_stage(float (&d)[MT][NT][4], const uint32_t (&a)[BLOCK_K / 16][4],
+                                               const unsigned char* a_tile, bool fresh) {
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < BLOCK_K / 16; ++j)
+        wgmma_rs(reinterpret_cast<float(&)[NT * 4]>(d[0]), a[j],
+                 descriptor(a_tile + j / 4 * BLOCK_M * 128 + j % 4 * 32), !(fresh && j == 0));
+    wgmma_commit();
+}
+#endif
+#else
 // -- dequantisation into shared memory: the whole block turns a stage's packed rows into fp16 tiles
 // once (16 values, two 16-byte chunks, one scale per thread at a time), laid out for wgmma's 128-byte
 // swizzle, which ldmatrix reads conflict-free too. Chunk c of a row holds its 8 values in
 // dequantize8's order, the same in A and B, so the products pair up.
-
-// byte offset of 16-byte chunk c (of the K tile) of row r in an fp16 tile of `rows` rows
-__device__ __forceinline__ int chunk_offset(int r, int c, int rows) {
-    return (c / 8) * rows * 128 + r * 128 + ((c % 8) ^ (r % 8)) * 16;
-}
-
-__device__ __forceinline__ void store16(unsigned char* dst, const uint32_t (&v)[4]) {
-    *reinterpret_cast<uint4*>(dst) = make_uint4(v[0], v[1], v[2], v[3]);
-}
 
 // ROWS packed rows (values at `values`, scales at `scales`) into the fp16 tile `tile`; a thread takes
 // the same 16-value unit of every (THREADS / UNITS)-th row

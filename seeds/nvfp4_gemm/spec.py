@@ -21,7 +21,7 @@ HERE = Path(__file__).parent
 HOPPER = HERE.parent / "_hopper.cuh"
 SOURCES = (HERE / "nvfp4_gemm_parts.cuh", HERE / "nvfp4_gemm.cu")
 DEQUANTS = ("registers", "shared")
-MMAS = ("mma_sync", "wgmma")
+MMAS = ("mma_sync", "wgmma", "wgmma_swapped")
 SMEM_LIMIT = 227 * 1024  # one block
 SMEM_PER_SM = 228 * 1024  # all the blocks of an SM (each also reserves 1 KiB for the system)
 MAX_ACCUMULATORS = 64  # fp32 accumulators a thread keeps (twice: the running ones and the K tile's)
@@ -35,8 +35,10 @@ def shared_bytes(g) -> int:
     """Dynamic shared memory of one block; mirrors SHARED_BYTES in nvfp4_gemm.cu."""
     rows = g["block_m"] + g["block_n"]
     packed = g["stages"] * _align128(rows * (g["block_k"] // 2 + 16) + rows * g["block_k"] // 16)
-    # dequantisation into shared memory: two fp16 tiles of every row, 1024-byte aligned
-    return packed + (2 * rows * g["block_k"] * 2 + 1024 if g["dequant"] == "shared" else 0)
+    # two fp16 tiles, 1024-byte aligned: of every row with dequant == shared, of a's rows with swapped wgmma
+    if g["dequant"] == "shared":
+        return packed + 2 * rows * g["block_k"] * 2 + 1024
+    return packed + (2 * g["block_m"] * g["block_k"] * 2 + 1024 if g["mma"] == "wgmma_swapped" else 0)
 
 
 def output_tiles(g, s: ProblemShape) -> tuple[int, int, int]:
@@ -86,7 +88,10 @@ SPACE = Space(
                                                 "fragments | once per block into shared-memory tiles (the next K "
                                                 "tile's while the tensor cores multiply this one)"),
         Choice("mma", MMAS, description="tensor-core instruction: mma.sync m16n8k16 (fragments in registers) | "
-                                        "wgmma m64nNk16 from shared memory (a warpgroup of 4 warps along M)"),
+                                        "wgmma m64nNk16 from shared memory (a warpgroup of 4 warps along M) | "
+                                        "swapped wgmma: b's rows are wgmma's M, dequantised in registers as its A "
+                                        "operand, a's rows its N from an fp16 tile in shared memory (a warpgroup "
+                                        "owns 64 columns of c)"),
         Boolean("promote", description="each K tile's products go to fresh accumulators added in fp32 to the "
                                        "running sums (the tensor core truncates as it accumulates)"),
         PowerOfTwo("blocks_per_sm", 1, 2, description="blocks an SM holds at once (the register cap of "
@@ -105,6 +110,14 @@ SPACE = Space(
                    "wgmma takes its operands from shared memory: mma == wgmma needs dequant == shared"),
         Constraint("wgmma_warpgroup_along_m", lambda g: g["mma"] != "wgmma" or g["warps_m"] == 4,
                    "a wgmma warpgroup is 4 warps stacked along M: mma == wgmma needs warps_m == 4"),
+        Constraint("swapped_wgmma_dequantises_b_in_registers",
+                   lambda g: g["mma"] != "wgmma_swapped" or g["dequant"] == "registers",
+                   "swapped wgmma takes b's fragments from registers: mma == wgmma_swapped needs dequant == "
+                   "registers (a's rows still become an fp16 tile in shared memory, wgmma's B operand)"),
+        Constraint("swapped_wgmma_warpgroups_own_64_columns",
+                   lambda g: g["mma"] != "wgmma_swapped" or (g["warps_m"] == 4 and g["block_n"] == 64 * g["warps_n"]),
+                   "swapped wgmma: warps_n warpgroups of 4 warps, each 64 columns of c (wgmma's M): "
+                   "warps_m == 4 and block_n == 64 * warps_n"),
         Constraint("shared_memory_fits", lambda g: shared_bytes(g) <= SMEM_LIMIT,
                    f"stages x (values and scales of block_m + block_n rows) (+ two fp16 tiles with dequant == "
                    f"shared) <= {SMEM_LIMIT} bytes"),
@@ -148,8 +161,8 @@ class Nvfp4Gemm(KernelFamily):
                   "DEQUANT": DEQUANTS.index(g["dequant"]), "MMA": MMAS.index(g["mma"]), "PROMOTE": int(g["promote"])}
         flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
             f"-D{name}={value}" for name, value in sorted(macros.items()))
-        wrapper = (wgmma_wrapper("wgmma_f16", g["block_n"] // g["warps_n"], "f16")
-                   if g["mma"] == "wgmma" else "")
+        wrapper = {"mma_sync": "", "wgmma": wgmma_wrapper("wgmma_f16", g["block_n"] // g["warps_n"], "f16"),
+                   "wgmma_swapped": wgmma_wrapper("wgmma_rs", g["block_m"], "f16", a_source="registers")}[g["mma"]]
         source = (f'#line 1 "_hopper.cuh"\n{HOPPER.read_text()}\n{wrapper}'
                   + "".join(f'#line 1 "{path.name}"\n{path.read_text()}\n' for path in SOURCES))
         return BuildRecipe(source, "nvfp4_gemm.cu", "nvcc", flags, "cubin")
