@@ -1,10 +1,11 @@
 """Launch nvfp4_gemm design points twice per shape and check each output (GPU); for compute-sanitizer.
 
-    compute-sanitizer --tool memcheck --report-api-errors no --kernel-name kns=nvfp4_gemm \
+    compute-sanitizer --tool memcheck --report-api-errors no --kernel-name regex:nvfp4_ \
         python benchmarks/nvfp4_sanitize.py          # also --tool synccheck
 
 The design points of tests/test_nvfp4_gemm.py (dequantisation in registers and into shared memory,
-mma.sync and wgmma, split-K) on every shape but the two largest (the sanitizer slows launches
+mma.sync, wgmma and the swapped wgmma with
+and without a's prepass, split-K) on every shape but the two largest (the sanitizer slows launches
 down a hundredfold). Outputs are NaN-poisoned before each launch.
 """
 import sys
@@ -13,11 +14,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _reporting import launch_each
 from seeds import get_family
-from test_nvfp4_gemm import SEED, SHARED, SPLIT, WGMMA, WGMMA_WIDE, WIDE
+from test_nvfp4_gemm import PREPASS, SEED, SHARED, SPLIT, SWAPPED, SWAPPED_NARROW, WGMMA, WGMMA_WIDE, WIDE
 
 family = get_family("nvfp4_gemm")
 genomes = {"seed": SEED, "split-K": SPLIT, "wide": WIDE, "shared + mma.sync": SHARED, "wgmma": WGMMA,
-           "wgmma 128x256": WGMMA_WIDE}
+           "wgmma 128x256": WGMMA_WIDE, "swapped wgmma": SWAPPED, "swapped, one warpgroup": SWAPPED_NARROW,
+           "swapped, a's fp16 copy by a prepass": PREPASS}
 shapes = [s for s in family.shapes if s.name not in ("m128_n7168_k16384", "square4096")]
 # a loose bound for the sanitizer's purpose (the evaluator checks rtol = atol = 1e-3)
 launch_each(family, genomes, shapes, max_abs_error=5e-3)

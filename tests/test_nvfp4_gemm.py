@@ -23,7 +23,9 @@ WGMMA_WIDE = WGMMA.replace(block_n=256, warps_n=4, promote=False, split_k=8)
 SWAPPED = SPLIT.replace(warps_m=4, warps_n=2, mma="wgmma_swapped", promote=False, split_k=8)
 # one warpgroup of 64 columns, two blocks an SM
 SWAPPED_NARROW = SWAPPED.replace(block_n=64, warps_n=1, stages=2, blocks_per_sm=2)
-DESIGN_POINTS = (SEED, SPLIT, WIDE, SHARED, WGMMA, WGMMA_WIDE, SWAPPED, SWAPPED_NARROW)
+# a dequantised once, by a first kernel, into an fp16 copy the blocks stream in
+PREPASS = SWAPPED.replace(a_dequant="prepass")
+DESIGN_POINTS = (SEED, SPLIT, WIDE, SHARED, WGMMA, WGMMA_WIDE, SWAPPED, SWAPPED_NARROW, PREPASS)
 
 
 def test_covering_sample_covers_every_value():

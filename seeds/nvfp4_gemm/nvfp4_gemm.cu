@@ -32,6 +32,8 @@
 //                               in registers as its A operand, a's rows its N, dequantised once per
 //                               block into an fp16 tile in shared memory (B); b never passes through
 //                               shared memory as fp16
+//   A_PREPASS                   swapped wgmma: a dequantised once by nvfp4_dequantize_a into an fp16
+//                               copy (the launcher runs it first) that the stages bring in as it is
 //   PROMOTE                     1: fp32 add of each K tile's products into the running sums
 //   BLOCKS_PER_SM               blocks an SM holds at once (the register cap of __launch_bounds__)
 //   SPLIT_K                     the most blocks sharing one output tile (the launch passes `splits`,
@@ -56,24 +58,30 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
     extern __shared__ __align__(128) unsigned char smem[];
     const int batch = blockIdx.z / splits, split = blockIdx.z % splits;
     const int m0 = blockIdx.y * BLOCK_M, n0 = blockIdx.x * BLOCK_N;
-    const size_t a_scale_bytes = blocked ? (size_t)(M + 127) / 128 * 128 * ((K / 16 + 3) / 4 * 4) : (size_t)M * (K / 16);
-    const size_t b_scale_bytes = blocked ? (size_t)(N + 127) / 128 * 128 * ((K / 16 + 3) / 4 * 4) : (size_t)N * (K / 16);
-    const Operand A{a + (size_t)batch * M * (K / 2), sfa + batch * a_scale_bytes, M, m0};
-    const Operand B{b + (size_t)batch * N * (K / 2), sfb + batch * b_scale_bytes, N, n0};
+    const Operand B{b + (size_t)batch * N * (K / 2), sfb + batch * scale_matrix_bytes(N, K, blocked), N, n0};
     const int k_tiles = K / BLOCK_K, begin = split * k_tiles / splits, end = (split + 1) * k_tiles / splits;
 
-#if DEQUANT == 0 && MMA != 2  // no fp16 tiles
+#if DEQUANT == 0 && MMA != 2  // no fp16 tiles (SWIZZLE_ALIGNED false)
     unsigned char* raw = smem;
 #else
     unsigned char* halves = smem + (1024 - smem_address(smem) % 1024) % 1024;  // two fp16 tiles, swizzle-aligned
     unsigned char* raw = halves + 2 * HALF_STAGE;
 #endif
-    const TileLoader<BLOCK_M> a_loader(A, K, blocked);
+#if A_PREPASS  // a is the fp16 copy nvfp4_dequantize_a made (sfa unused)
+    const HalfTileLoader<BLOCK_M> a_loader(a + (size_t)batch * M * K * 2, M, m0, K);
+#else
+    const TileLoader<BLOCK_M> a_loader(Operand{a + (size_t)batch * M * (K / 2), sfa + batch * scale_matrix_bytes(M, K, blocked), M, m0},
+                                       K, blocked);
+#endif
     const TileLoader<BLOCK_N> b_loader(B, K, blocked);
     auto load_stage = [&](int kt) {
         unsigned char* stage = raw + (kt - begin) % STAGES * STAGE_BYTES;
+#if A_PREPASS
+        a_loader.load(stage, kt);
+#else
         a_loader.load(stage, stage + A_BYTES + B_BYTES, kt);
-        b_loader.load(stage + A_BYTES, stage + A_BYTES + B_BYTES + BLOCK_M * SCALES, kt);
+#endif
+        b_loader.load(stage + A_BYTES, stage + A_BYTES + B_BYTES + A_SCALE_BYTES, kt);
     };
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
@@ -132,7 +140,7 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
     Fragments fragments_0, fragments_1;
     auto prepare = [&](const unsigned char* stage, unsigned char* tiles, Fragments& fill) {
 #if MMA == 2
-        dequantize_a(stage, tiles);
+        if (!A_PREPASS) dequantize_a(stage, tiles);
         load_b_fragments(stage, warp_row, fill);
 #else
         dequantize_stage(stage, tiles);
@@ -157,7 +165,8 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
         const int i = kt - begin;
         if (kt + STAGES - 1 < end) load_stage(kt + STAGES - 1);  // into the stage dequantised before the last barrier
         cp_async_commit();
-        const unsigned char* current = halves + i % 2 * HALF_STAGE;
+        // the fp16 tiles multiplied: dequantised by the block, or (A_PREPASS) a's as it landed in the stage
+        const unsigned char* current = A_PREPASS ? raw + i % STAGES * STAGE_BYTES : halves + i % 2 * HALF_STAGE;
 #if MMA != 0 && PROMOTE
         float tile[MT][NT][4];
         multiply(tile, current, true, use);

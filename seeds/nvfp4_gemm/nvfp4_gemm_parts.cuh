@@ -21,16 +21,21 @@ static_assert(WARP_M % 16 == 0 && WARP_N % 8 == 0, "a warp owns whole 16 x 8 mma
 static_assert(BLOCK_K % 64 == 0, "BLOCK_K is 64 or 128");
 static_assert(MMA != 1 || DEQUANT == 1, "wgmma reads both operands from shared memory");
 static_assert(MMA != 2 || DEQUANT == 0, "swapped wgmma: b is dequantised in registers");
+static_assert(!A_PREPASS || MMA == 2, "a's fp16 copy feeds the swapped wgmma alone");
 
 __host__ __device__ constexpr int align128(int bytes) { return (bytes + 127) / 128 * 128; }
-// a stage of packed operands: A's rows then B's (values), then A's scales then B's
-constexpr int A_BYTES = BLOCK_M * ROW_BYTES, B_BYTES = BLOCK_N * ROW_BYTES;
-constexpr int STAGE_BYTES = align128(A_BYTES + B_BYTES + (BLOCK_M + BLOCK_N) * SCALES);
-// fp16 tiles, each [BLOCK_K / 64 atoms][rows][64 halves], 128-byte swizzled, two of them (the tile
-// multiplied and the next): DEQUANT 1, A's then B's; swapped wgmma (MMA 2), A's alone
+// fp16 tiles are [BLOCK_K / 64 atoms][rows][64 halves], 128-byte swizzled (1024-byte aligned)
 constexpr int A_HALVES = BLOCK_M * BLOCK_K * 2;
-constexpr int HALF_STAGE = DEQUANT == 1 ? (BLOCK_M + BLOCK_N) * BLOCK_K * 2 : MMA == 2 ? A_HALVES : 0;
-constexpr int SHARED_BYTES = STAGES * STAGE_BYTES + (HALF_STAGE ? 2 * HALF_STAGE + 1024 : 0);  // + alignment slack
+// a stage: A's rows then B's (values), then A's scales then B's; with A_PREPASS, A's rows are
+// already an fp16 tile (from a's fp16 copy) that the swapped wgmma reads where it lands
+constexpr int A_BYTES = A_PREPASS ? A_HALVES : BLOCK_M * ROW_BYTES, B_BYTES = BLOCK_N * ROW_BYTES;
+constexpr int A_SCALE_BYTES = A_PREPASS ? 0 : BLOCK_M * SCALES;
+constexpr int STAGE_BYTES = A_PREPASS ? (A_BYTES + B_BYTES + BLOCK_N * SCALES + 1023) / 1024 * 1024
+                                      : align128(A_BYTES + B_BYTES + A_SCALE_BYTES + BLOCK_N * SCALES);
+// two fp16 tiles (the one multiplied and the next): DEQUANT 1, A's then B's; swapped wgmma, A's alone
+constexpr int HALF_STAGE = DEQUANT == 1 ? (BLOCK_M + BLOCK_N) * BLOCK_K * 2 : MMA == 2 && !A_PREPASS ? A_HALVES : 0;
+constexpr bool SWIZZLE_ALIGNED = DEQUANT == 1 || MMA == 2;  // shared memory starts at a 1024-byte boundary
+constexpr int SHARED_BYTES = STAGES * STAGE_BYTES + 2 * HALF_STAGE + (SWIZZLE_ALIGNED ? 1024 : 0);  // + alignment slack
 
 struct Operand {
     const unsigned char* values;  // this batch's [rows][K / 2]
@@ -144,6 +149,24 @@ __device__ __forceinline__ void store16(unsigned char* dst, const uint32_t (&v)[
     *reinterpret_cast<uint4*>(dst) = make_uint4(v[0], v[1], v[2], v[3]);
 }
 
+// a span of 32 values of a row (four words: values 8 t .. 8 t + 7 in word t) and its two scales
+// (of words 0, 1 and 2, 3) as the swapped wgmma's B operand takes them: chunk c (8 halves) holds
+// dequantize8's pair c of words 0..3, so that k16 step 2 s' + step of the span finds in slots 2t, 2t + 1
+// the pair 2 step of word t and in slots 2t + 8, 2t + 9 its pair 2 step + 1 (load_b_fragments' order)
+__device__ __forceinline__ void dequantize_span(uint4 words, unsigned low_scale, unsigned high_scale,
+                                                uint32_t (&chunks)[4][4]) {
+    const uint32_t low = scale_factor(low_scale), high = scale_factor(high_scale);
+    uint32_t pairs[4][4];  // [word t][pair]
+    dequantize8(words.x, low, pairs[0]);
+    dequantize8(words.y, low, pairs[1]);
+    dequantize8(words.z, high, pairs[2]);
+    dequantize8(words.w, high, pairs[3]);
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+#pragma unroll
+        for (int t = 0; t < 4; ++t) chunks[c][t] = pairs[t][c];
+}
+
 #if DEQUANT == 0
 // -- dequantisation in registers: each warp turns the packed words of its own rows into mma.sync
 // fragments. K may be permuted inside a row as long as A and B are permuted alike: a thread takes 8
@@ -203,7 +226,7 @@ __device__ __forceinline__ void multiply_stage(float (&acc)[MT][NT][4], const un
 __device__ __forceinline__ void load_b_fragments(const unsigned char* stage, int warp_row,
                                                  uint32_t (&a)[BLOCK_K / 16][4]) {
     const unsigned char* b_values = stage + A_BYTES;
-    const unsigned char* b_scales = stage + A_BYTES + B_BYTES + BLOCK_M * SCALES;
+    const unsigned char* b_scales = stage + A_BYTES + B_BYTES + A_SCALE_BYTES;
     const int g = threadIdx.x % 32 / 4;
 #pragma unroll
     for (int s = 0; s < BLOCK_K / 32; ++s) {
@@ -221,27 +244,20 @@ __device__ __forceinline__ void load_b_fragments(const unsigned char* stage, int
 }
 
 // a's BLOCK_M packed rows of a stage into the fp16 tile `tile`: a unit is (row, span s), the four
-// words of the span (one 16-byte load) and their two scales, written as four 16-byte chunks.
-// Consecutive threads take consecutive rows: eight of them load 80-byte-strided rows and store one
-// chunk column of eight swizzled rows, both without bank conflicts
+// words of the span (one 16-byte load) and their two scales, written as four 16-byte chunks
+// (dequantize_span). Consecutive threads take consecutive rows: eight of them load 80-byte-strided
+// rows and store one chunk column of eight swizzled rows, both without bank conflicts
 __device__ __forceinline__ void dequantize_a(const unsigned char* stage, unsigned char* tile) {
     constexpr int SPANS = BLOCK_K / 32, UNITS = BLOCK_M * SPANS;
     const unsigned char* scales = stage + A_BYTES + B_BYTES;
 #pragma unroll
     for (int unit = threadIdx.x; unit < UNITS; unit += THREADS) {
         const int r = unit % BLOCK_M, s = unit / BLOCK_M;
-        const uint4 words = *reinterpret_cast<const uint4*>(stage + r * ROW_BYTES + s * 16);
-        const uint32_t low = scale_factor(scales[r * SCALES + 2 * s]), high = scale_factor(scales[r * SCALES + 2 * s + 1]);
-        uint32_t pairs[4][4];  // [word t][pair]
-        dequantize8(words.x, low, pairs[0]);
-        dequantize8(words.y, low, pairs[1]);
-        dequantize8(words.z, high, pairs[2]);
-        dequantize8(words.w, high, pairs[3]);
+        uint32_t chunks[4][4];
+        dequantize_span(*reinterpret_cast<const uint4*>(stage + r * ROW_BYTES + s * 16), scales[r * SCALES + 2 * s],
+                        scales[r * SCALES + 2 * s + 1], chunks);
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {  // chunk 2 (2 s + step) + half = 4 s + c holds pair c of each word
-            const uint32_t chunk[4] = {pairs[0][c], pairs[1][c], pairs[2][c], pairs[3][c]};
-            store16(tile + chunk_offset(r, 4 * s + c, BLOCK_M), chunk);
-        }
+        for (int c = 0; c < 4; ++c) store16(tile + chunk_offset(r, 4 * s + c, BLOCK_M), chunks[c]);
     }
 }
 

@@ -19,9 +19,10 @@ from seeds._wgmma import wgmma_wrapper
 
 HERE = Path(__file__).parent
 HOPPER = HERE.parent / "_hopper.cuh"
-SOURCES = (HERE / "nvfp4_gemm_parts.cuh", HERE / "nvfp4_gemm.cu")
+SOURCES = (HERE / "nvfp4_gemm_parts.cuh", HERE / "nvfp4_prepass.cuh", HERE / "nvfp4_gemm.cu")
 DEQUANTS = ("registers", "shared")
 MMAS = ("mma_sync", "wgmma", "wgmma_swapped")
+A_DEQUANTS = ("in_block", "prepass")
 SMEM_LIMIT = 227 * 1024  # one block
 SMEM_PER_SM = 228 * 1024  # all the blocks of an SM (each also reserves 1 KiB for the system)
 MAX_ACCUMULATORS = 64  # fp32 accumulators a thread keeps (twice: the running ones and the K tile's)
@@ -32,9 +33,12 @@ def _align128(n: int) -> int:
 
 
 def shared_bytes(g) -> int:
-    """Dynamic shared memory of one block; mirrors SHARED_BYTES in nvfp4_gemm.cu."""
-    rows = g["block_m"] + g["block_n"]
-    packed = g["stages"] * _align128(rows * (g["block_k"] // 2 + 16) + rows * g["block_k"] // 16)
+    """Dynamic shared memory of one block; mirrors SHARED_BYTES in nvfp4_gemm_parts.cuh."""
+    rows, bk = g["block_m"] + g["block_n"], g["block_k"]
+    if g["a_dequant"] == "prepass":  # a stage: a's fp16 tile and b's packed rows, 1024-byte aligned
+        stage = g["block_m"] * bk * 2 + g["block_n"] * (bk // 2 + 16 + bk // 16)
+        return g["stages"] * ((stage + 1023) // 1024 * 1024) + 1024
+    packed = g["stages"] * _align128(rows * (bk // 2 + 16) + rows * bk // 16)
     # two fp16 tiles, 1024-byte aligned: of every row with dequant == shared, of a's rows with swapped wgmma
     if g["dequant"] == "shared":
         return packed + 2 * rows * g["block_k"] * 2 + 1024
@@ -92,6 +96,9 @@ SPACE = Space(
                                         "swapped wgmma: b's rows are wgmma's M, dequantised in registers as its A "
                                         "operand, a's rows its N from an fp16 tile in shared memory (a warpgroup "
                                         "owns 64 columns of c)"),
+        Choice("a_dequant", A_DEQUANTS,
+               description="swapped wgmma, where a's rows become fp16: in every block, into shared memory, each K "
+                           "tile | once, by a first kernel, into an fp16 copy of a that every block streams in"),
         Boolean("promote", description="each K tile's products go to fresh accumulators added in fp32 to the "
                                        "running sums (the tensor core truncates as it accumulates)"),
         PowerOfTwo("blocks_per_sm", 1, 2, description="blocks an SM holds at once (the register cap of "
@@ -118,6 +125,9 @@ SPACE = Space(
                    lambda g: g["mma"] != "wgmma_swapped" or (g["warps_m"] == 4 and g["block_n"] == 64 * g["warps_n"]),
                    "swapped wgmma: warps_n warpgroups of 4 warps, each 64 columns of c (wgmma's M): "
                    "warps_m == 4 and block_n == 64 * warps_n"),
+        Constraint("prepass_feeds_swapped_wgmma",
+                   lambda g: g["a_dequant"] == "in_block" or g["mma"] == "wgmma_swapped",
+                   "a's fp16 copy (a_dequant == prepass) is read by the swapped wgmma alone: mma == wgmma_swapped"),
         Constraint("shared_memory_fits", lambda g: shared_bytes(g) <= SMEM_LIMIT,
                    f"stages x (values and scales of block_m + block_n rows) (+ two fp16 tiles with dequant == "
                    f"shared) <= {SMEM_LIMIT} bytes"),
@@ -125,11 +135,11 @@ SPACE = Space(
                    f"blocks_per_sm * (shared bytes + 1 KiB) <= {SMEM_PER_SM}"),
     ],
     # stored genomes from before these knobs were added built the register path with promotion
-    added_later=dict(dequant="registers", mma="mma_sync", promote=True, blocks_per_sm=1),
+    added_later=dict(dequant="registers", mma="mma_sync", promote=True, blocks_per_sm=1, a_dequant="in_block"),
 )
 
 SEED = SPACE.genome(dict(block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=4, stages=2, dequant="registers",
-                         mma="mma_sync", promote=True, blocks_per_sm=1, split_k=1))
+                         mma="mma_sync", promote=True, blocks_per_sm=1, split_k=1, a_dequant="in_block"))
 
 
 def gemm_shape(name: str, l: int, m: int, n: int, k: int, *, blocked: bool = False, mission: bool = False):
@@ -157,8 +167,10 @@ class Nvfp4Gemm(KernelFamily):
 
     def build_recipe(self, genome) -> BuildRecipe:
         g = genome.as_dict()
-        macros = {**{name.upper(): value for name, value in g.items() if name not in ("dequant", "mma", "promote")},
-                  "DEQUANT": DEQUANTS.index(g["dequant"]), "MMA": MMAS.index(g["mma"]), "PROMOTE": int(g["promote"])}
+        named = ("dequant", "mma", "promote", "a_dequant")
+        macros = {**{name.upper(): value for name, value in g.items() if name not in named},
+                  "DEQUANT": DEQUANTS.index(g["dequant"]), "MMA": MMAS.index(g["mma"]), "PROMOTE": int(g["promote"]),
+                  "A_PREPASS": int(g["a_dequant"] == "prepass")}
         flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
             f"-D{name}={value}" for name, value in sorted(macros.items()))
         wrapper = {"mma_sync": "", "wgmma": wgmma_wrapper("wgmma_f16", g["block_n"] // g["warps_n"], "f16"),
@@ -231,15 +243,23 @@ class Nvfp4Gemm(KernelFamily):
                                "nvfp4_gemm.cu and spec.py disagree")
         kernel = module.kernel("nvfp4_gemm")
         kernel.set_max_dynamic_shared(planned)
-        return kernel, genome.as_dict(), {}
+        return (kernel, module.kernel("nvfp4_dequantize_a")), genome.as_dict(), {}
 
     def launch(self, kernel, shape: ProblemShape, inputs, output) -> None:
         from seeds._cuda import multiprocessors, ptr, ticketed_workspace
 
-        function, g, workspaces = kernel
+        (function, prepass), g, workspaces = kernel
         a, b, sfa, sfb = inputs
+        l, m, k = shape["l"], shape["m"], shape["k"]
         split = splits(g, shape, multiprocessors())
         records, tickets = ticketed_workspace(workspaces, shape, *split_workspace(g, shape, split), a.device)
+        if g["a_dequant"] == "prepass":  # a's fp16 copy first (l * m * k halves, kept as floats)
+            a_halves, _ = ticketed_workspace(workspaces, ("a_halves", shape), l * m * k // 2, 0, a.device)
+            units = l * m * k // 32
+            prepass.launch((min(-(-units // 256), 8 * multiprocessors()),), (256,),
+                           [ptr(a), ptr(sfa), ptr(a_halves), ctypes.c_int(m), ctypes.c_int(k),
+                            ctypes.c_int(shape["blocked"]), ctypes.c_int(l)])
+            a = a_halves
         function.launch(grid(g, shape, split), (g["warps_m"] * g["warps_n"] * 32,),
                         [ptr(a), ptr(b), ptr(sfa), ptr(sfb), ptr(output), ctypes.c_int(shape["m"]),
                          ctypes.c_int(shape["n"]), ctypes.c_int(shape["k"]), ctypes.c_int(shape["blocked"]),
