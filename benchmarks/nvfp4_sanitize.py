@@ -1,6 +1,6 @@
 """Launch nvfp4_gemm design points twice per shape and check each output (GPU); for compute-sanitizer.
 
-    compute-sanitizer --tool memcheck --report-api-errors no --kernel-name regex:nvfp4_ \
+    compute-sanitizer --tool memcheck --report-api-errors no --kernel-name kns=nvfp4_ \
         python benchmarks/nvfp4_sanitize.py          # also --tool synccheck
 
 The design points of tests/test_nvfp4_gemm.py (dequantisation in registers and into shared memory,
