@@ -27,6 +27,7 @@ nvfp4_dequantize_a(const unsigned char* a, const unsigned char* sfa, half* out, 
     }
 }
 
+#if A_PREPASS
 // The copies of a K tile of a's fp16 copy (ROWS rows from first_row) into the stage's swizzled fp16
 // tile, 16 bytes each: a thread keeps one chunk column and walks rows THREADS / CHUNKS apart, so its
 // sources are one pointer plus a row step and its destinations compile-time offsets. Rows past the
@@ -56,3 +57,4 @@ struct HalfTileLoader {
         }
     }
 };
+#endif

@@ -80,6 +80,11 @@ def _warp_tiles_fit(g) -> bool:
     return rows % 16 == 0 and cols % 8 == 0 and rows * cols // 32 <= MAX_ACCUMULATORS
 
 
+def _registers_hold_accumulators(g) -> bool:
+    threads = g["warps_m"] * g["warps_n"] * 32
+    return min(255, 65536 // (threads * g["blocks_per_sm"])) >= 2 * g["block_m"] * g["block_n"] // threads
+
+
 SPACE = Space(
     [
         PowerOfTwo("block_m", 64, 128, description="rows of a block's output tile"),
@@ -131,6 +136,9 @@ SPACE = Space(
         Constraint("shared_memory_fits", lambda g: shared_bytes(g) <= SMEM_LIMIT,
                    f"stages x (values and scales of block_m + block_n rows) (+ two fp16 tiles with dequant == "
                    f"shared) <= {SMEM_LIMIT} bytes"),
+        Constraint("registers_hold_the_accumulators", _registers_hold_accumulators,
+                   "a thread's register share, 65536 / (threads * blocks_per_sm) up to 255, holds twice its fp32 "
+                   "accumulators, block_m * block_n / threads (ptxas refuses wgmma kernels below that)"),
         Constraint("blocks_fit_an_sm", lambda g: g["blocks_per_sm"] * (shared_bytes(g) + 1024) <= SMEM_PER_SM,
                    f"blocks_per_sm * (shared bytes + 1 KiB) <= {SMEM_PER_SM}"),
     ],
