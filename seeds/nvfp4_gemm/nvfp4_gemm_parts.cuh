@@ -180,6 +180,22 @@ __device__ __forceinline__ void row_word(const unsigned char* values, const unsi
     dequantize8(word, scale_factor(scales[row * SCALES + 2 * s + t / 2]), out);
 }
 
+// the 16 x 16 fragments (mma.sync's A layout) of rows row .. row + 15 for the two k16 steps of span s
+__device__ __forceinline__ void span_fragments(const unsigned char* values, const unsigned char* scales, int row, int s,
+                                               uint32_t (&a)[2][4]) {
+    const int g = threadIdx.x % 32 / 4;
+    uint32_t top[4], bottom[4];  // rows g and g + 8
+    row_word(values, scales, row + g, s, top);
+    row_word(values, scales, row + g + 8, s, bottom);
+#pragma unroll
+    for (int step = 0; step < 2; ++step) {
+        a[step][0] = top[2 * step];
+        a[step][1] = bottom[2 * step];
+        a[step][2] = top[2 * step + 1];
+        a[step][3] = bottom[2 * step + 1];
+    }
+}
+
 #if MMA == 0
 // the warp's tile over one stage: two m16n8k16 steps per 32-wide span of K
 __device__ __forceinline__ void multiply_stage(float (&acc)[MT][NT][4], const unsigned char* stage, int warp_row,
@@ -193,18 +209,7 @@ __device__ __forceinline__ void multiply_stage(float (&acc)[MT][NT][4], const un
     for (int s = 0; s < BLOCK_K / 32; ++s) {
         uint32_t a[MT][2][4], b[NT][4];
 #pragma unroll
-        for (int m = 0; m < MT; ++m) {
-            uint32_t top[4], bottom[4];  // rows g and g + 8 of the 16-row tile
-            row_word(a_values, a_scales, warp_row + m * 16 + g, s, top);
-            row_word(a_values, a_scales, warp_row + m * 16 + g + 8, s, bottom);
-#pragma unroll
-            for (int step = 0; step < 2; ++step) {
-                a[m][step][0] = top[2 * step];
-                a[m][step][1] = bottom[2 * step];
-                a[m][step][2] = top[2 * step + 1];
-                a[m][step][3] = bottom[2 * step + 1];
-            }
-        }
+        for (int m = 0; m < MT; ++m) span_fragments(a_values, a_scales, warp_row + m * 16, s, a[m]);
 #pragma unroll
         for (int n = 0; n < NT; ++n) row_word(b_values, b_scales, warp_col + n * 8 + g, s, b[n]);
 #pragma unroll
@@ -227,20 +232,9 @@ __device__ __forceinline__ void load_b_fragments(const unsigned char* stage, int
                                                  uint32_t (&a)[BLOCK_K / 16][4]) {
     const unsigned char* b_values = stage + A_BYTES;
     const unsigned char* b_scales = stage + A_BYTES + B_BYTES + A_SCALE_BYTES;
-    const int g = threadIdx.x % 32 / 4;
 #pragma unroll
-    for (int s = 0; s < BLOCK_K / 32; ++s) {
-        uint32_t top[4], bottom[4];
-        row_word(b_values, b_scales, warp_row + g, s, top);
-        row_word(b_values, b_scales, warp_row + g + 8, s, bottom);
-#pragma unroll
-        for (int step = 0; step < 2; ++step) {
-            a[2 * s + step][0] = top[2 * step];
-            a[2 * s + step][1] = bottom[2 * step];
-            a[2 * s + step][2] = top[2 * step + 1];
-            a[2 * s + step][3] = bottom[2 * step + 1];
-        }
-    }
+    for (int s = 0; s < BLOCK_K / 32; ++s)
+        span_fragments(b_values, b_scales, warp_row, s, reinterpret_cast<uint32_t(&)[2][4]>(a[2 * s]));
 }
 
 // a's BLOCK_M packed rows of a stage into the fp16 tile `tile`: a unit is (row, span s), the four
