@@ -15,12 +15,12 @@ import ctypes
 from pathlib import Path
 
 from kernel_genome import Boolean, Constraint, IntRange, PowerOfTwo, Space
+from seeds._blackwell import sm100_recipe
 from seeds._family import BuildRecipe, ScreenLimits
 from seeds.vit_gemm.spec import VitGemm
 
 HERE = Path(__file__).parent
 SOURCE = HERE / "vit_gemm_sm100.cu"
-HOPPER = HERE.parent / "_hopper.cuh"  # mbarriers, TMA descriptors and loads: the same on sm_100a
 SMEM_LIMIT = 227 * 1024
 
 
@@ -66,13 +66,7 @@ class VitGemmSm100(VitGemm):
         macros = dict(BLOCK_N=g["block_n"], STAGES=g["stages"], ACC_BUFFERS=g["acc_buffers"],
                       EPILOGUE_WARPS=g["epilogue_warps"], TMEM_LOAD_DEPTH=g["tmem_load_depth"],
                       DESC_BROADCAST=int(g["desc_broadcast"]))
-        flags = ("-gencode", "arch=compute_100a,code=sm_100a", "-O3", "-std=c++17") + tuple(
-            f"-D{k}={v}" for k, v in sorted(macros.items()))
-        text = SOURCE.read_text()
-        include_end = text.index("#include <stdint.h>") + len("#include <stdint.h>\n")
-        source = (f'#line 1 "vit_gemm_sm100.cu"\n{text[:include_end]}#line 1 "_hopper.cuh"\n{HOPPER.read_text()}'
-                  f'#line {text[:include_end].count(chr(10)) + 1} "vit_gemm_sm100.cu"\n{text[include_end:]}')
-        return BuildRecipe(source, "vit_gemm_sm100.cu", "nvcc", flags, "cubin")
+        return sm100_recipe(SOURCE, macros)
 
     kernel_name = "vit_gemm_sm100"
 

@@ -39,29 +39,8 @@ constexpr int STAGE_BYTES = A_STAGE + W_STAGE;
 // free of every buffer) and the TMEM address the MMA warp's allocation writes
 constexpr int BARRIER_BYTES = (2 * STAGES + 2 * ACC_BUFFERS) * 8 + 16;
 constexpr int SHARED_BYTES = STAGES * STAGE_BYTES + BARRIER_BYTES + 1024;  // + alignment slack
-static_assert(TMEM_COLUMNS >= 32 && TMEM_COLUMNS <= 512 && (TMEM_COLUMNS & (TMEM_COLUMNS - 1)) == 0,
-              "a TMEM allocation is a power of two of 32..512 columns");
 
-// -- tensor memory and the fifth-generation tensor cores -------------------------------------
-__device__ __forceinline__ void tmem_allocate(unsigned* address_slot) {  // the whole warp
-    asm volatile("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%0], %1;"
-                 ::"r"(smem_address(address_slot)), "n"(TMEM_COLUMNS) : "memory");
-    asm volatile("tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;" ::: "memory");
-}
-
-__device__ __forceinline__ void tmem_free(unsigned base) {  // the whole warp that allocated
-    asm volatile("tcgen05.dealloc.cta_group::1.sync.aligned.b32 %0, %1;" ::"r"(base), "n"(TMEM_COLUMNS) : "memory");
-}
-
-__device__ __forceinline__ void tcgen05_before_sync() { asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory"); }
-__device__ __forceinline__ void tcgen05_after_sync() { asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory"); }
-
-// shared-memory matrix descriptor (sm_100): K-major, 128-byte swizzle, 8-row groups 1024 bytes apart
-__device__ __forceinline__ uint64_t descriptor(unsigned address) {
-    return uint64_t((address & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) |
-           (uint64_t(1) << 46) | (uint64_t(2) << 61);
-}
-
+// -- the fifth-generation tensor cores (TMEM, fences, descriptors, commits, loads: _blackwell.cuh)
 // instruction descriptor, kind::f16: fp32 accumulators, bf16 A and B, both K-major, M 128, N BLOCK_N
 constexpr uint32_t INSTRUCTION = (1u << 4) | (1u << 7) | (1u << 10) | (uint32_t(BLOCK_N >> 3) << 17) |
                                  (uint32_t(BLOCK_M >> 4) << 24);
@@ -70,35 +49,6 @@ __device__ __forceinline__ void mma(unsigned accumulators, uint64_t a, uint64_t 
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"
                  "tcgen05.mma.cta_group::1.kind::f16 [%0], %1, %2, %3, p;\n}"
                  ::"r"(accumulators), "l"(a), "l"(b), "r"(INSTRUCTION), "r"(int(accumulate)) : "memory");
-}
-
-// one arrival on `bar` once every tcgen05.mma this thread issued so far is complete
-__device__ __forceinline__ void mma_commit(uint64_t* bar) {
-    asm volatile("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%0];"
-                 ::"r"(smem_address(bar)) : "memory");
-}
-
-__device__ __forceinline__ bool elect_one() {
-    unsigned elected;
-    asm volatile("{\n.reg .pred p;\nelect.sync _|p, 0xffffffff;\nselp.u32 %0, 1, 0, p;\n}" : "=r"(elected));
-    return elected != 0;
-}
-
-// this thread's row (TMEM lane) of 16 consecutive accumulator columns, asynchronously
-__device__ __forceinline__ void tmem_load(unsigned address, uint32_t (&v)[CHUNK]) {
-    asm volatile("tcgen05.ld.sync.aligned.32x32b.x16.b32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, "
-                 "%13, %14, %15}, [%16];"
-                 : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3]), "=r"(v[4]), "=r"(v[5]), "=r"(v[6]), "=r"(v[7]),
-                   "=r"(v[8]), "=r"(v[9]), "=r"(v[10]), "=r"(v[11]), "=r"(v[12]), "=r"(v[13]), "=r"(v[14]), "=r"(v[15])
-                 : "r"(address) : "memory");
-}
-
-// wait for this thread's tcgen05.ld; the registers pass through so that no use moves above it
-__device__ __forceinline__ void tmem_wait(uint32_t (&v)[CHUNK]) {
-    asm volatile("tcgen05.wait::ld.sync.aligned;"
-                 : "+r"(v[0]), "+r"(v[1]), "+r"(v[2]), "+r"(v[3]), "+r"(v[4]), "+r"(v[5]), "+r"(v[6]), "+r"(v[7]),
-                   "+r"(v[8]), "+r"(v[9]), "+r"(v[10]), "+r"(v[11]), "+r"(v[12]), "+r"(v[13]), "+r"(v[14]), "+r"(v[15])
-                 :: "memory");
 }
 
 __device__ __forceinline__ unsigned bf16_pair(float lo, float hi) {
@@ -152,11 +102,11 @@ __device__ void issue_mmas(int owned, int k_tiles, unsigned char* smem, unsigned
             const unsigned stage = smem_address(smem + s * STAGE_BYTES);
 #if DESC_BROADCAST
             uint64_t a = 0, w = 0;
-            if (threadIdx.x % 32 == 0) a = descriptor(stage), w = descriptor(stage + A_STAGE);
+            if (threadIdx.x % 32 == 0) a = swizzled_descriptor(stage), w = swizzled_descriptor(stage + A_STAGE);
             a = __shfl_sync(0xffffffffu, a, 0);
             w = __shfl_sync(0xffffffffu, w, 0);
 #else
-            const uint64_t a = descriptor(stage), w = descriptor(stage + A_STAGE);
+            const uint64_t a = swizzled_descriptor(stage), w = swizzled_descriptor(stage + A_STAGE);
 #endif
             if (elect_one()) {
 #pragma unroll
@@ -187,12 +137,12 @@ __device__ void drain(const Tiles& tiles, int owned, unsigned tmem, uint64_t* ac
         const unsigned lanes = tmem + (unsigned(32 * quarter) << 16) + b * BLOCK_N + first;
         const float* pos_row = pos + (size_t)((row < M ? row : 0) % P) * N;
         uint32_t v[TMEM_LOAD_DEPTH][CHUNK];
-        tmem_load(lanes, v[0]);
+        tmem_load16(lanes, v[0]);
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c) {
             uint32_t (&now)[CHUNK] = v[c % TMEM_LOAD_DEPTH];
-            tmem_wait(now);
-            if (TMEM_LOAD_DEPTH > 1 && c + 1 < CHUNKS) tmem_load(lanes + (c + 1) * CHUNK, v[(c + 1) % TMEM_LOAD_DEPTH]);
+            tmem_wait16(now);
+            if (TMEM_LOAD_DEPTH > 1 && c + 1 < CHUNKS) tmem_load16(lanes + (c + 1) * CHUNK, v[(c + 1) % TMEM_LOAD_DEPTH]);
             const int col = origin.y + first + c * CHUNK;
             if (row < M && col < N) {  // N % 8 == 0: past N - 8 a chunk keeps its first 8 columns only
                 const bool whole = col + CHUNK <= N;
@@ -211,7 +161,7 @@ __device__ void drain(const Tiles& tiles, int owned, unsigned tmem, uint64_t* ac
                 out[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
                 if (whole) out[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
             }
-            if (TMEM_LOAD_DEPTH == 1 && c + 1 < CHUNKS) tmem_load(lanes + (c + 1) * CHUNK, v[0]);
+            if (TMEM_LOAD_DEPTH == 1 && c + 1 < CHUNKS) tmem_load16(lanes + (c + 1) * CHUNK, v[0]);
         }
         tcgen05_before_sync();
         __syncwarp();
@@ -244,7 +194,7 @@ vit_gemm_sm100(const __grid_constant__ TensorMap a_map, const __grid_constant__ 
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    if (warp == 1) tmem_allocate(tmem_slot);
+    if (warp == 1) tmem_allocate<TMEM_COLUMNS>(tmem_slot);
     tcgen05_before_sync();
     __syncthreads();
     tcgen05_after_sync();
@@ -261,7 +211,7 @@ vit_gemm_sm100(const __grid_constant__ TensorMap a_map, const __grid_constant__ 
     __syncthreads();  // every epilogue warp has read the accumulators: the MMA warp frees them
     if (warp == 1) {
         tcgen05_after_sync();
-        tmem_free(tmem);
+        tmem_free<TMEM_COLUMNS>(tmem);
     }
 }
 
