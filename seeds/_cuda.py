@@ -147,16 +147,17 @@ class TensorMapBytes(ctypes.Structure):
 
 
 def _encode(tensor, dims: list[int], strides_bytes: list[int], box: list[int], swizzled: bool) -> TensorMapBytes:
-    """cuTensorMapEncodeTiled for an fp16, bf16 or fp32 tensor: ``dims`` innermost first, out-of-bounds
-    reads as zeros."""
+    """cuTensorMapEncodeTiled for a uint8, fp16, bf16 or fp32 tensor: ``dims`` innermost first,
+    out-of-bounds reads as zeros."""
     import torch
 
     driver = _driver()
-    types = {torch.float16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+    types = {torch.uint8: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8,
+             torch.float16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
              torch.bfloat16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
              torch.float32: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}
     if tensor.dtype not in types or not tensor.is_cuda or not tensor.is_contiguous():
-        raise ValueError("a tensor map needs a contiguous fp16, bf16 or fp32 CUDA tensor")
+        raise ValueError("a tensor map needs a contiguous uint8, fp16, bf16 or fp32 CUDA tensor")
     u64, u32 = driver.cuuint64_t, driver.cuuint32_t
     swizzle = driver.CUtensorMapSwizzle
     encoded = _check("cuTensorMapEncodeTiled", driver.cuTensorMapEncodeTiled(
@@ -191,3 +192,15 @@ def matrix_map(tensor, box_columns: int, box_rows: int, *, swizzled: bool) -> Te
         raise ValueError("matrix_map needs a 2-d tensor")
     rows, columns = tensor.shape
     return _encode(tensor, [columns, rows], [columns * tensor.element_size()], [box_columns, box_rows], swizzled)
+
+
+def batched_byte_map(tensor, box_rows: int) -> TensorMapBytes:
+    """TMA descriptor of a contiguous uint8 [batch, rows, columns] tensor (columns a multiple of 16),
+    boxes of 128 bytes x ``box_rows`` rows of one batch, 128-byte swizzle; rows past ``rows`` (and
+    columns past ``columns``) read as zeros, never as the next batch's."""
+    import torch
+
+    if tensor.dim() != 3 or tensor.dtype != torch.uint8:
+        raise ValueError("batched_byte_map needs a 3-d uint8 tensor")
+    batch, rows, columns = tensor.shape
+    return _encode(tensor, [columns, rows, batch], [columns, rows * columns], [128, box_rows, 1], True)
