@@ -77,23 +77,38 @@ class CudaKernel:
         attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         _check("cuFuncSetAttribute", driver.cuFuncSetAttribute(self.function, attribute, size))
 
-    def max_active_clusters(self, cluster: int, threads: int, shared_bytes: int) -> int:
-        """How many clusters of ``cluster`` blocks of ``threads`` threads (the kernel's compile-time
-        cluster size) can run on the device at once; at least 1."""
+    def max_active_clusters(self, cluster: int, threads: int, shared_bytes: int, *, at_launch: bool = False) -> int:
+        """How many clusters of ``cluster`` blocks of ``threads`` threads can run on the device at once;
+        at least 1. The cluster size is the kernel's compile-time one, or (``at_launch``) the one a
+        launch will set."""
         driver = _driver()
         config = driver.CUlaunchConfig()
         config.gridDimX, config.gridDimY, config.gridDimZ = cluster, 1, 1
         config.blockDimX, config.blockDimY, config.blockDimZ = threads, 1, 1
         config.sharedMemBytes = shared_bytes
-        config.numAttrs = 0
+        if at_launch:
+            attribute = driver.CUlaunchAttribute()
+            attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            attribute.value.clusterDim.x, attribute.value.clusterDim.y, attribute.value.clusterDim.z = cluster, 1, 1
+            config.attrs = [attribute]
+            config.numAttrs = 1
+        else:
+            config.numAttrs = 0
         count = _check("cuOccupancyMaxActiveClusters", driver.cuOccupancyMaxActiveClusters(self.function, config))
         if count < 1:
             raise RuntimeError(f"no cluster of {cluster} blocks of {self.name} fits on this device")
         return int(count)
 
     def launch(self, grid: Sequence[int], block: Sequence[int], args: Sequence[ctypes._SimpleCData],
-               shared_bytes: int = 0, stream: int | None = None) -> None:
-        """Launch on ``stream`` (default: torch's current stream). ``args`` are ctypes values."""
+               shared_bytes: int = 0, stream: int | None = None, *, cluster: Sequence[int] | None = None,
+               programmatic: bool = False) -> None:
+        """Launch on ``stream`` (default: torch's current stream). ``args`` are ctypes values.
+
+        ``cluster``: thread-block cluster dimensions chosen at launch (for a kernel compiled without
+        ``__cluster_dims__``). ``programmatic``: a programmatic dependent launch: the kernel may start
+        before the stream's previous kernel completes, once that one has executed
+        ``griddepcontrol.launch_dependents``; it must execute ``griddepcontrol.wait`` before it reads
+        what that kernel writes."""
         import torch
 
         driver = _driver()
@@ -103,8 +118,31 @@ class CudaKernel:
         pointers = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
         if stream is None:
             stream = torch.cuda.current_stream().cuda_stream
-        _check(f"cuLaunchKernel({self.name})", driver.cuLaunchKernel(
-            self.function, *grid3, *block3, shared_bytes, driver.CUstream(stream), ctypes.addressof(pointers), 0))
+        if cluster is None and not programmatic:
+            _check(f"cuLaunchKernel({self.name})", driver.cuLaunchKernel(
+                self.function, *grid3, *block3, shared_bytes, driver.CUstream(stream), ctypes.addressof(pointers), 0))
+            return
+        attributes = []
+        if cluster is not None:
+            attribute = driver.CUlaunchAttribute()
+            attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            dims = tuple(cluster) + (1,) * (3 - len(cluster))
+            attribute.value.clusterDim.x, attribute.value.clusterDim.y, attribute.value.clusterDim.z = dims
+            attributes.append(attribute)
+        if programmatic:
+            attribute = driver.CUlaunchAttribute()
+            attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attribute.value.programmaticStreamSerializationAllowed = 1
+            attributes.append(attribute)
+        config = driver.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = grid3
+        config.blockDimX, config.blockDimY, config.blockDimZ = block3
+        config.sharedMemBytes = shared_bytes
+        config.hStream = driver.CUstream(stream)
+        config.attrs = attributes
+        config.numAttrs = len(attributes)
+        _check(f"cuLaunchKernelEx({self.name})", driver.cuLaunchKernelEx(
+            config, self.function, ctypes.addressof(pointers), 0))
 
 
 class CudaModule:

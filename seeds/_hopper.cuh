@@ -113,6 +113,20 @@ __device__ __forceinline__ unsigned peer_address(const void* local, int rank) {
     return remote;
 }
 
+// loads from `local`'s place in the shared memory of block `rank` of the cluster
+__device__ __forceinline__ float2 load_peer2(const float* local, int rank) {
+    float2 v;
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(peer_address(local, rank)));
+    return v;
+}
+
+__device__ __forceinline__ float4 load_peer4(const float* local, int rank) {
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(peer_address(local, rank)));
+    return v;
+}
+
 // one arrival on the barrier at `bar`'s place in block `rank` of the cluster
 __device__ __forceinline__ void barrier_arrive_peer(uint64_t* bar, int rank) {
     asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(peer_address(bar, rank)) : "memory");

@@ -25,7 +25,11 @@ SWAPPED = SPLIT.replace(warps_m=4, warps_n=2, mma="wgmma_swapped", promote=False
 SWAPPED_NARROW = SWAPPED.replace(block_n=64, warps_n=1, stages=2, blocks_per_sm=2)
 # a dequantised once, by a first kernel, into an fp16 copy the blocks stream in
 PREPASS = SWAPPED.replace(a_dequant="prepass")
-DESIGN_POINTS = (SEED, SPLIT, WIDE, SHARED, WGMMA, WGMMA_WIDE, SWAPPED, SWAPPED_NARROW, PREPASS)
+# the split tiles summed inside a thread-block cluster through distributed shared memory
+CLUSTER = PREPASS.replace(split_reduce="cluster")
+CLUSTER_MMA_SYNC = SPLIT.replace(split_reduce="cluster")
+DESIGN_POINTS = (SEED, SPLIT, WIDE, SHARED, WGMMA, WGMMA_WIDE, SWAPPED, SWAPPED_NARROW, PREPASS, CLUSTER,
+                 CLUSTER_MMA_SYNC)
 
 
 def test_covering_sample_covers_every_value():
@@ -73,6 +77,15 @@ def test_constraints_launch_and_workspace():
     assert grid(SPLIT, shape["batched4"], 2) == (16, 1, 8)
     assert split_workspace(SPLIT, mission, 2) == (56 * 2 * 128 * 128, 56)
     assert split_workspace(SPLIT, mission, 1) == (0, 0)
+    # a cluster reduction keeps the fp32 partial tile (rows padded by 4 floats) in the stages' memory
+    assert space.is_valid(CLUSTER) and space.is_valid(CLUSTER_MMA_SYNC)
+    assert not space.is_valid(SEED.replace(split_reduce="cluster"))  # 2 stages of 25 KB < 128 x 132 x 4
+    # ... and splits no further than the clusters of that many blocks that run at once
+    fits = {2: 66, 4: 16, 8: 8}.__getitem__
+    assert splits(CLUSTER, shape["m128_n4096_k7168"], 132) == 4  # 32 tiles
+    assert splits(CLUSTER, shape["m128_n4096_k7168"], 132, fits) == 2  # 32 clusters of 4 would not run at once
+    assert splits(PREPASS, shape["m128_n4096_k7168"], 132, fits) == 4  # the ticket reduction needs no cluster
+    assert splits(CLUSTER, mission, 132, fits) == 2
 
 
 def test_shapes_it_cannot_compute_are_refused_clearly():

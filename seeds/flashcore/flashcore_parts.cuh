@@ -173,21 +173,6 @@ struct Problem {
     unsigned* tickets;  // GRID_SPLIT > 1: a counter per query block, taken by each of its blocks when done
 };
 
-// Thread-block clusters (CLUSTER blocks share query rows and split the key tiles): loads from a peer
-// block's shared memory (mapa + ld.shared::cluster; rank, barrier and addresses in _hopper.cuh).
-__device__ __forceinline__ float2 load_peer2(const float* local, int rank) {
-    float2 v;
-    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(peer_address(local, rank)));
-    return v;
-}
-
-__device__ __forceinline__ float4 load_peer4(const float* local, int rank) {
-    float4 v;
-    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(peer_address(local, rank)));
-    return v;
-}
-
 // K/V shared by the KV_SHARE blocks of a cluster (mbarriers in _hopper.cuh): TMA copies
 // (cp.async.bulk.tensor) multicast to every block of the cluster.
 // The box of a 3-d tensor map at (column 0, row, head) into the same shared-memory offset of every

@@ -40,6 +40,11 @@
 //                               1..SPLIT_K), each on a contiguous range of K tiles; each leaves its
 //                               fp32 partial tile in a workspace and the last to take its tile's
 //                               ticket adds the others' to its own and stores
+//   SPLIT_CLUSTER               instead, the tile's blocks are one cluster (dimensions set at launch):
+//                               each keeps its partial tile in shared memory and sums a slice of the
+//                               rows over all of them (distributed shared memory) and stores it
+//   (A_PREPASS: the launch makes nvfp4_gemm the prepass's programmatic dependent: b's first stages
+//    are requested before griddepcontrol.wait, a's after it)
 // each accumulator pair's place in the block tile: row, column of acc[m][n][2h], acc[m][n][2h + 1]
 #define FOR_EACH_PAIR(...)                                                              \
     _Pragma("unroll") for (int m = 0; m < MT; ++m)                                       \
@@ -49,8 +54,6 @@
         const int col = warp_col + n * 8 + lane % 4 * 2;                                 \
         __VA_ARGS__                                                                      \
     }
-
-constexpr int TILE_COLS = MMA == 2 ? BLOCK_M : BLOCK_N;  // columns of an accumulator tile (wgmma's N)
 
 extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
 nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* sfa, const unsigned char* sfb,
@@ -74,20 +77,43 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
                                        K, blocked);
 #endif
     const TileLoader<BLOCK_N> b_loader(B, K, blocked);
-    auto load_stage = [&](int kt) {
+    auto load_b = [&](int kt) {
+        unsigned char* stage = raw + (kt - begin) % STAGES * STAGE_BYTES;
+        b_loader.load(stage + A_BYTES, stage + A_BYTES + B_BYTES + A_SCALE_BYTES, kt);
+    };
+    auto load_a = [&](int kt) {
         unsigned char* stage = raw + (kt - begin) % STAGES * STAGE_BYTES;
 #if A_PREPASS
         a_loader.load(stage, kt);
 #else
         a_loader.load(stage, stage + A_BYTES + B_BYTES, kt);
 #endif
-        b_loader.load(stage + A_BYTES, stage + A_BYTES + B_BYTES + A_SCALE_BYTES, kt);
     };
+    auto load_stage = [&](int kt) {
+        load_a(kt);
+        load_b(kt);
+    };
+#if A_PREPASS
+    // launched as the prepass's programmatic dependent: b's first stages are requested while the
+    // prepass may still run; a's fp16 copy is read only once the prepass has completed and its
+    // writes are visible (griddepcontrol.wait; without the launch attribute it returns at once).
+    // The first commit group holds b's copies of every prologue stage and a's of the first.
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s)
+        if (begin + s < end) load_b(begin + s);
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (begin + s < end) load_a(begin + s);
+        cp_async_commit();
+    }
+#else
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (begin + s < end) load_stage(begin + s);
         cp_async_commit();
     }
+#endif
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #if MMA == 1
     const int warp_row = warp % 4 * 16, warp_col = warp / 4 * WG_N;
@@ -203,7 +229,18 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
 #endif
 
     half* out = c + (size_t)batch * M * N;
-#if SPLIT_K > 1
+#if SPLIT_K > 1 && SPLIT_CLUSTER
+    if (splits > 1) {  // the tile's blocks are one cluster (along z): each sums a slice of the rows
+        float* partial = reinterpret_cast<float*>(smem);
+        __syncthreads();  // every warp is done with the stages, which now hold this block's partial tile
+        FOR_EACH_PAIR(*reinterpret_cast<float2*>(partial + row * REDUCE_PITCH + col) =
+                          make_float2(acc[m][n][2 * h], acc[m][n][2 * h + 1]);)
+        cluster_sync();  // every block's partial tile is in its shared memory
+        sum_cluster_slice(partial, split, splits, out, m0, n0, M, N);
+        cluster_sync();  // no block leaves while the others read its shared memory
+        return;
+    }
+#elif SPLIT_K > 1
     if (splits > 1) {
         // this block's partial tile into its record; the last of the tile's `splits` blocks adds the others'
         const size_t tile = ((size_t)batch * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;

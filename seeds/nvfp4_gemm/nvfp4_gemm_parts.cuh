@@ -36,6 +36,12 @@ constexpr int STAGE_BYTES = A_PREPASS ? (A_BYTES + B_BYTES + BLOCK_N * SCALES + 
 constexpr int HALF_STAGE = DEQUANT == 1 ? (BLOCK_M + BLOCK_N) * BLOCK_K * 2 : MMA == 2 && !A_PREPASS ? A_HALVES : 0;
 constexpr bool SWIZZLE_ALIGNED = DEQUANT == 1 || MMA == 2;  // shared memory starts at a 1024-byte boundary
 constexpr int SHARED_BYTES = STAGES * STAGE_BYTES + 2 * HALF_STAGE + (SWIZZLE_ALIGNED ? 1024 : 0);  // + alignment slack
+constexpr int TILE_COLS = MMA == 2 ? BLOCK_M : BLOCK_N;  // columns of an accumulator tile (wgmma's N)
+constexpr int TILE_ROWS = BLOCK_M * BLOCK_N / TILE_COLS;
+// SPLIT_CLUSTER: a partial tile in shared memory, rows padded by 4 floats (16 bytes: the float4 reads
+// of 8 consecutive rows fall in distinct banks)
+constexpr int REDUCE_PITCH = TILE_COLS + 4;
+static_assert(!SPLIT_CLUSTER || TILE_ROWS * REDUCE_PITCH * 4 <= SHARED_BYTES, "a partial tile fits the stages");
 
 struct Operand {
     const unsigned char* values;  // this batch's [rows][K / 2]
@@ -347,4 +353,40 @@ __device__ __forceinline__ void multiply_stage(float (&d)[MT][NT][4], const unsi
     wgmma_commit();
 }
 #endif
+#endif
+
+#if SPLIT_CLUSTER
+// Block `rank` of the `splits` of a tile's cluster: rows rank * TILE_ROWS / splits .. of the tile summed
+// over every block's partial tile (distributed shared memory, blocks in rank order: the same sum in
+// every launch) and stored. Swapped wgmma: tile (row, col) is c[m0 + col][n0 + row], so consecutive
+// threads take consecutive rows (consecutive columns of c); otherwise consecutive columns
+__device__ void sum_cluster_slice(const float* partial, int rank, int splits, half* out, int m0, int n0, int M, int N) {
+    const int rows = TILE_ROWS / splits, first = rank * rows;
+    for (int e = threadIdx.x; e < rows * TILE_COLS / 4; e += THREADS) {
+#if MMA == 2
+        const int row = first + e % rows, col = e / rows * 4;
+#else
+        const int row = first + e / (TILE_COLS / 4), col = e % (TILE_COLS / 4) * 4;
+#endif
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int q = 0; q < splits; ++q) {
+            const float4 v = load_peer4(partial + row * REDUCE_PITCH + col, q);
+            sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+        }
+        const float values[4] = {sum.x * UNSCALE, sum.y * UNSCALE, sum.z * UNSCALE, sum.w * UNSCALE};
+#if MMA == 2
+        if (n0 + row < N)
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                if (m0 + col + j < M) out[(size_t)(m0 + col + j) * N + n0 + row] = __float2half_rn(values[j]);
+#else
+        if (m0 + row < M)
+#pragma unroll
+            for (int j = 0; j < 4; j += 2)  // N is even: a pair lies inside N or past it
+                if (n0 + col + j < N)
+                    *reinterpret_cast<half2*>(out + (size_t)(m0 + row) * N + n0 + col + j) =
+                        __floats2half2_rn(values[j], values[j + 1]);
+#endif
+    }
+}
 #endif

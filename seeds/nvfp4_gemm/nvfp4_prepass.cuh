@@ -12,6 +12,9 @@ __host__ __device__ __forceinline__ size_t scale_matrix_bytes(int rows, int K, i
 // span's values in dequantize_span's chunk order. A unit is (batch, row, span): 16 bytes in, 64 out.
 extern "C" __global__ void __launch_bounds__(256)
 nvfp4_dequantize_a(const unsigned char* a, const unsigned char* sfa, half* out, int M, int K, int blocked, int L) {
+    // the GEMM, launched as this grid's programmatic dependent, may start now: it requests b's first
+    // stages and waits (griddepcontrol.wait) for this grid to complete before it reads `out`
+    asm volatile("griddepcontrol.launch_dependents;");
     const int spans = K / 32;
     const size_t units = (size_t)L * M * spans, scale_bytes = scale_matrix_bytes(M, K, blocked);
     for (size_t unit = (size_t)blockIdx.x * blockDim.x + threadIdx.x; unit < units; unit += (size_t)gridDim.x * blockDim.x) {

@@ -23,6 +23,7 @@ SOURCES = (HERE / "nvfp4_gemm_parts.cuh", HERE / "nvfp4_prepass.cuh", HERE / "nv
 DEQUANTS = ("registers", "shared")
 MMAS = ("mma_sync", "wgmma", "wgmma_swapped")
 A_DEQUANTS = ("in_block", "prepass")
+SPLIT_REDUCES = ("ticket", "cluster")
 SMEM_LIMIT = 227 * 1024  # one block
 SMEM_PER_SM = 228 * 1024  # all the blocks of an SM (each also reserves 1 KiB for the system)
 MAX_ACCUMULATORS = 64  # fp32 accumulators a thread keeps (twice: the running ones and the K tile's)
@@ -50,12 +51,16 @@ def output_tiles(g, s: ProblemShape) -> tuple[int, int, int]:
     return -(-s["n"] // g["block_n"]), -(-s["m"] // g["block_m"]), s["l"]
 
 
-def splits(g, s: ProblemShape, multiprocessors: int) -> int:
+def splits(g, s: ProblemShape, multiprocessors: int, clusters_fit=None) -> int:
     """Blocks sharing an output tile at shape s: the most (a power of two, at most split_k) whose grid
-    still runs in one wave of blocks_per_sm blocks on each SM (1 when the tiles alone fill it)."""
+    still runs in one wave of blocks_per_sm blocks on each SM (1 when the tiles alone fill it); with
+    split_reduce == cluster also at most what ``clusters_fit(count)`` says run at once (clusters of
+    `count` blocks lie in one GPC each, so fewer fit than SMs / count)."""
     x, y, z = output_tiles(g, s)
     slots, count = multiprocessors * g["blocks_per_sm"], 1
     while count * 2 <= g["split_k"] and x * y * z * count * 2 <= slots:
+        if g["split_reduce"] == "cluster" and clusters_fit is not None and x * y * z > clusters_fit(count * 2):
+            break
         count *= 2
     return count
 
@@ -78,6 +83,11 @@ def split_workspace(g, s: ProblemShape, split: int) -> tuple[int, int]:
 def _warp_tiles_fit(g) -> bool:
     rows, cols = g["block_m"] // g["warps_m"], g["block_n"] // g["warps_n"]
     return rows % 16 == 0 and cols % 8 == 0 and rows * cols // 32 <= MAX_ACCUMULATORS
+
+
+def _partial_tile_bytes(g) -> int:
+    columns = g["block_m"] if g["mma"] == "wgmma_swapped" else g["block_n"]
+    return g["block_m"] * g["block_n"] // columns * (columns + 4) * 4
 
 
 def _registers_hold_accumulators(g) -> bool:
@@ -112,6 +122,10 @@ SPACE = Space(
         PowerOfTwo("split_k", 1, 8, description="the most blocks sharing an output tile, each on a range of K (the "
                                                 "launch takes the most that still fit one wave on the GPU); the "
                                                 "last to finish adds the others' partial tiles (global workspace)"),
+        Choice("split_reduce", SPLIT_REDUCES,
+               description="how a split tile's partial results are added: the last block to take the tile's ticket "
+                           "reads the others' from a global workspace | the tile's blocks are one thread-block "
+                           "cluster, each sums a slice of the rows over every block's shared memory"),
     ],
     [
         Constraint("warp_tiles_fit", _warp_tiles_fit,
@@ -139,15 +153,22 @@ SPACE = Space(
         Constraint("registers_hold_the_accumulators", _registers_hold_accumulators,
                    "a thread's register share, 65536 / (threads * blocks_per_sm) up to 255, holds twice its fp32 "
                    "accumulators, block_m * block_n / threads (ptxas refuses wgmma kernels below that)"),
+        Constraint("cluster_reduction_fits_the_stages",
+                   lambda g: g["split_reduce"] == "ticket" or _partial_tile_bytes(g) <= shared_bytes(g),
+                   "split_reduce == cluster keeps a block's fp32 partial tile, rows padded by 16 bytes, in its "
+                   "shared memory: block_m * (block_n + 4) * 4 (swapped wgmma: block_n * (block_m + 4) * 4) <= "
+                   "shared bytes"),
         Constraint("blocks_fit_an_sm", lambda g: g["blocks_per_sm"] * (shared_bytes(g) + 1024) <= SMEM_PER_SM,
                    f"blocks_per_sm * (shared bytes + 1 KiB) <= {SMEM_PER_SM}"),
     ],
     # stored genomes from before these knobs were added built the register path with promotion
-    added_later=dict(dequant="registers", mma="mma_sync", promote=True, blocks_per_sm=1, a_dequant="in_block"),
+    added_later=dict(dequant="registers", mma="mma_sync", promote=True, blocks_per_sm=1, a_dequant="in_block",
+                     split_reduce="ticket"),
 )
 
 SEED = SPACE.genome(dict(block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=4, stages=2, dequant="registers",
-                         mma="mma_sync", promote=True, blocks_per_sm=1, split_k=1, a_dequant="in_block"))
+                         mma="mma_sync", promote=True, blocks_per_sm=1, split_k=1, a_dequant="in_block",
+                         split_reduce="ticket"))
 
 
 def gemm_shape(name: str, l: int, m: int, n: int, k: int, *, blocked: bool = False, mission: bool = False):
@@ -175,10 +196,10 @@ class Nvfp4Gemm(KernelFamily):
 
     def build_recipe(self, genome) -> BuildRecipe:
         g = genome.as_dict()
-        named = ("dequant", "mma", "promote", "a_dequant")
+        named = ("dequant", "mma", "promote", "a_dequant", "split_reduce")
         macros = {**{name.upper(): value for name, value in g.items() if name not in named},
                   "DEQUANT": DEQUANTS.index(g["dequant"]), "MMA": MMAS.index(g["mma"]), "PROMOTE": int(g["promote"]),
-                  "A_PREPASS": int(g["a_dequant"] == "prepass")}
+                  "A_PREPASS": int(g["a_dequant"] == "prepass"), "SPLIT_CLUSTER": int(g["split_reduce"] == "cluster")}
         flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
             f"-D{name}={value}" for name, value in sorted(macros.items()))
         wrapper = {"mma_sync": "", "wgmma": wgmma_wrapper("wgmma_f16", g["block_n"] // g["warps_n"], "f16"),
@@ -259,8 +280,17 @@ class Nvfp4Gemm(KernelFamily):
         (function, prepass), g, workspaces = kernel
         a, b, sfa, sfb = inputs
         l, m, k = shape["l"], shape["m"], shape["k"]
-        split = splits(g, shape, multiprocessors())
-        records, tickets = ticketed_workspace(workspaces, shape, *split_workspace(g, shape, split), a.device)
+        cluster = g["split_reduce"] == "cluster"
+
+        def clusters_fit(size: int) -> int:  # asked of the driver once per size
+            if ("clusters", size) not in workspaces:
+                workspaces[("clusters", size)] = function.max_active_clusters(
+                    size, g["warps_m"] * g["warps_n"] * 32, shared_bytes(g), at_launch=True)
+            return workspaces[("clusters", size)]
+
+        split = splits(g, shape, multiprocessors(), clusters_fit if cluster else None)
+        records, tickets = ticketed_workspace(workspaces, shape, *split_workspace(g, shape, 1 if cluster else split),
+                                              a.device)
         if g["a_dequant"] == "prepass":  # a's fp16 copy first (l * m * k halves, kept as floats)
             a_halves, _ = ticketed_workspace(workspaces, ("a_halves", shape), l * m * k // 2, 0, a.device)
             units = l * m * k // 32
@@ -272,7 +302,8 @@ class Nvfp4Gemm(KernelFamily):
                         [ptr(a), ptr(b), ptr(sfa), ptr(sfb), ptr(output), ctypes.c_int(shape["m"]),
                          ctypes.c_int(shape["n"]), ctypes.c_int(shape["k"]), ctypes.c_int(shape["blocked"]),
                          ctypes.c_int(split), ptr(records), ptr(tickets)],
-                        shared_bytes=shared_bytes(g))
+                        shared_bytes=shared_bytes(g), cluster=(1, 1, split) if cluster else None,
+                        programmatic=g["a_dequant"] == "prepass")
 
     def flops(self, shape: ProblemShape) -> float:
         return 2.0 * shape["l"] * shape["m"] * shape["n"] * shape["k"]
