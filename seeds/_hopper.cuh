@@ -1,7 +1,7 @@
 // Hopper (sm_90a) pieces shared by the CUDA families (spliced into each family's source by its
 // spec.py): shared-memory addresses, cp.async groups and mma.sync, wgmma descriptors and fences,
 // mbarriers (local, and arrivals from the other blocks of a thread-block cluster), the cluster's
-// rank / barrier / peer addresses, TMA descriptors and 2-d copies.
+// rank / barrier / peer addresses and loads, TMA descriptors and 2-d copies.
 #include <stdint.h>
 
 __device__ __forceinline__ unsigned smem_address(const void* p) {
