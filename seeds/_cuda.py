@@ -166,6 +166,18 @@ class CudaModule:
             self._kernels[name] = CudaKernel(self, name, function)
         return self._kernels[name]
 
+    def sized_kernel(self, name: str, planned_symbol: str, expected: int, source: str) -> CudaKernel:
+        """Kernel ``name``, allowed the dynamic shared memory that the module's ``planned_symbol`` (an
+        int the source computes) says it plans, after checking it is what the spec sized (``expected``);
+        RuntimeError naming ``source`` when the two disagree."""
+        planned = self.read_ints(planned_symbol, 1)[0]
+        if planned != expected:
+            raise RuntimeError(f"the kernel plans {planned} bytes of shared memory, the spec {expected}: "
+                               f"{source} and spec.py disagree")
+        kernel = self.kernel(name)
+        kernel.set_max_dynamic_shared(planned)
+        return kernel
+
     def read_ints(self, name: str, count: int) -> list[int]:
         """``count`` 32-bit ints of the module's global (e.g. ``__constant__``) variable ``name``."""
         driver = _driver()

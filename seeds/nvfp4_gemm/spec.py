@@ -266,12 +266,7 @@ class Nvfp4Gemm(KernelFamily):
         from seeds._cuda import CudaModule
 
         module = CudaModule(artifact)
-        planned = module.read_ints("nvfp4_shared_bytes", 1)[0]
-        if planned != shared_bytes(genome):
-            raise RuntimeError(f"the kernel plans {planned} bytes of shared memory, the spec {shared_bytes(genome)}: "
-                               "nvfp4_gemm.cu and spec.py disagree")
-        kernel = module.kernel("nvfp4_gemm")
-        kernel.set_max_dynamic_shared(planned)
+        kernel = module.sized_kernel("nvfp4_gemm", "nvfp4_shared_bytes", shared_bytes(genome), "nvfp4_gemm.cu")
         return (kernel, module.kernel("nvfp4_dequantize_a")), genome.as_dict(), {}
 
     def launch(self, kernel, shape: ProblemShape, inputs, output) -> None:

@@ -112,13 +112,8 @@ class Nvfp4GemmSm100(Nvfp4Gemm):
     def load(self, artifact: Path, genome):
         from seeds._cuda import CudaModule
 
-        module = CudaModule(artifact)
-        planned = module.read_ints("nvfp4_sm100_shared_bytes", 1)[0]
-        if planned != shared_bytes(genome):
-            raise RuntimeError(f"the kernel plans {planned} bytes of shared memory, the spec {shared_bytes(genome)}: "
-                               "nvfp4_gemm_sm100.cu and spec.py disagree")
-        kernel = module.kernel("nvfp4_gemm_sm100")
-        kernel.set_max_dynamic_shared(planned)
+        kernel = CudaModule(artifact).sized_kernel("nvfp4_gemm_sm100", "nvfp4_sm100_shared_bytes", shared_bytes(genome),
+                                                   "nvfp4_gemm_sm100.cu")
         return kernel, genome.as_dict(), {}
 
     def launch(self, kernel, shape: ProblemShape, inputs, output) -> None:

@@ -274,13 +274,9 @@ class VitGemm(KernelFamily):
         kernel plans the shared memory the spec sizes."""
         from seeds._cuda import CudaModule
 
-        module = CudaModule(artifact)
-        planned, expected = module.read_ints(f"{self.kernel_name}_shared_bytes", 1)[0], self.planned_shared_bytes(genome)
-        if planned != expected:
-            raise RuntimeError(f"the kernel plans {planned} bytes of shared memory, the spec {expected}: "
-                               f"{self.kernel_name}.cu and spec.py disagree")
-        kernel = module.kernel(self.kernel_name)
-        kernel.set_max_dynamic_shared(planned)
+        planned = self.planned_shared_bytes(genome)
+        kernel = CudaModule(artifact).sized_kernel(self.kernel_name, f"{self.kernel_name}_shared_bytes", planned,
+                                                   f"{self.kernel_name}.cu")
         g = genome.as_dict()
         return kernel, g, {}, self.resident_blocks(kernel, g, planned)
 
