@@ -63,3 +63,39 @@ __device__ __forceinline__ void tmem_wait16(uint32_t (&v)[16]) {
                    "+r"(v[8]), "+r"(v[9]), "+r"(v[10]), "+r"(v[11]), "+r"(v[12]), "+r"(v[13]), "+r"(v[14]), "+r"(v[15])
                  :: "memory");
 }
+
+// The start of a block of warp roles (producer warp 0, MMA warp 1, epilogue warps after): thread 0
+// initialises the barriers, laid out one after another: `stages` full and empty (one arrival each:
+// the TMA's expected bytes, the MMA warp's commit), then `buffers` accumulator full (the MMA warp's
+// commit) and empty (one arrival per epilogue warp); warp 1 allocates COLUMNS of TMEM into *slot.
+// Every thread returns the TMEM address.
+template <int COLUMNS>
+__device__ __forceinline__ unsigned start_warp_roles(uint64_t* barriers, int stages, int buffers, int epilogue_warps,
+                                                     unsigned* slot) {
+    if (threadIdx.x == 0) {
+        for (int b = 0; b < 2 * stages; ++b) barrier_init(barriers + b, 1);
+        for (int b = 0; b < buffers; ++b) {
+            barrier_init(barriers + 2 * stages + b, 1);
+            barrier_init(barriers + 2 * stages + buffers + b, epilogue_warps);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    if (threadIdx.x / 32 == 1) tmem_allocate<COLUMNS>(slot);
+    tcgen05_before_sync();
+    __syncthreads();
+    tcgen05_after_sync();
+    return *slot;
+}
+
+// The end: once every warp is done with TMEM (the epilogue's loads fenced before the barrier), warp 1
+// frees it. Warp 0's lanes, of which one ran the producer, converge first.
+template <int COLUMNS>
+__device__ __forceinline__ void end_warp_roles(unsigned tmem) {
+    tcgen05_before_sync();
+    __syncwarp();
+    __syncthreads();
+    if (threadIdx.x / 32 == 1) {
+        tcgen05_after_sync();
+        tmem_free<COLUMNS>(tmem);
+    }
+}

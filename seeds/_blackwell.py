@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kernel_genome import Boolean, IntRange, PowerOfTwo
 from seeds._family import BuildRecipe
 
 HERE = Path(__file__).parent
@@ -27,3 +28,18 @@ def sm100_recipe(source: Path, macros: dict[str, int]) -> BuildRecipe:
                 f'#line {head.count(chr(10)) + 1} "{source.name}"\n{body}')
     flags = SM100_FLAGS + tuple(f"-D{name}={value}" for name, value in sorted(macros.items()))
     return BuildRecipe(composed, source.name, "nvcc", flags, "cubin")
+
+
+def warp_role_knobs(work: str) -> list:
+    """The knobs both tcgen05 variants share, as a Blackwell engineer names them; ``work`` is what the
+    MMA warp goes through one at a time (a tile, a unit of a split tile)."""
+    return [
+        PowerOfTwo("acc_buffers", 1, 2, description=f"accumulator buffers in TMEM: with 2 the MMA warp runs the next "
+                                                    f"{work}'s main loop while the epilogue warps drain this one"),
+        PowerOfTwo("epilogue_warps", 4, 8, description="warps reading the accumulators out of TMEM (8: two a lane "
+                                                       "quarter, each half the columns)"),
+        IntRange("tmem_load_depth", 1, 2, description="TMEM loads in flight: 1 loads, waits and uses each 16 columns; "
+                                                      "2 loads the next 16 while these are used"),
+        Boolean("desc_broadcast", description="lane 0 of the MMA warp computes the stage's descriptors and TMEM "
+                                              "addresses and broadcasts them (__shfl_sync) | every lane computes them"),
+    ]

@@ -323,22 +323,7 @@ nvfp4_gemm_sm100(const __grid_constant__ TensorMap a_map, const __grid_constant_
     const Units units(M, N, K, L, splits);
     const int owned = units.owned(), warp = threadIdx.x / 32;
 
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; ++s) {
-            barrier_init(ring.full + s, 1);
-            barrier_init(ring.empty + s, 1);  // the MMA warp's commit
-        }
-        for (int b = 0; b < ACC_BUFFERS; ++b) {
-            barrier_init(ring.tmem_full + b, 1);
-            barrier_init(ring.tmem_empty + b, EPILOGUE_WARPS);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    if (warp == 1) tmem_allocate<TMEM_COLUMNS>(ring.tmem_slot);
-    tcgen05_before_sync();
-    __syncthreads();
-    tcgen05_after_sync();
-    const unsigned tmem = *ring.tmem_slot;
+    const unsigned tmem = start_warp_roles<TMEM_COLUMNS>(ring.full, STAGES, ACC_BUFFERS, EPILOGUE_WARPS, ring.tmem_slot);
 
     if (warp == 0) {
         if (threadIdx.x == 0) produce(units, owned, ring, &a_map, &b_map, sfa, sfb, M, N, K);
@@ -347,13 +332,7 @@ nvfp4_gemm_sm100(const __grid_constant__ TensorMap a_map, const __grid_constant_
     } else {
         drain(units, owned, ring, tmem, c, M, N, workspace, tickets);
     }
-    tcgen05_before_sync();
-    __syncwarp();
-    __syncthreads();  // every epilogue warp is done with TMEM: the MMA warp frees it
-    if (warp == 1) {
-        tcgen05_after_sync();
-        tmem_free<TMEM_COLUMNS>(tmem);
-    }
+    end_warp_roles<TMEM_COLUMNS>(tmem);
 }
 
 extern "C" __constant__ int nvfp4_sm100_shared_bytes = SHARED_BYTES;

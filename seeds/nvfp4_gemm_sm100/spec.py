@@ -17,8 +17,8 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-from kernel_genome import Boolean, Constraint, IntRange, PowerOfTwo, Space
-from seeds._blackwell import sm100_recipe
+from kernel_genome import Constraint, IntRange, PowerOfTwo, Space
+from seeds._blackwell import sm100_recipe, warp_role_knobs
 from seeds._family import BuildRecipe, ProblemShape, ScreenLimits
 from seeds.nvfp4_gemm.spec import Nvfp4Gemm
 
@@ -63,14 +63,7 @@ SPACE = Space(
         PowerOfTwo("block_n", 128, 256, description="tile columns: one tcgen05.mma of N 128 a K step, or two "
                                                     "sharing a's tile"),
         IntRange("stages", 2, 6, description="TMA pipeline stages of 256 values of K (values and scales)"),
-        PowerOfTwo("acc_buffers", 1, 2, description="accumulator buffers in TMEM: with 2 the MMA warp runs the next "
-                                                    "unit's main loop while the epilogue warps drain this one"),
-        PowerOfTwo("epilogue_warps", 4, 8, description="warps reading the accumulators out of TMEM (8: two a lane "
-                                                       "quarter, each half the columns)"),
-        IntRange("tmem_load_depth", 1, 2, description="TMEM loads in flight: 1 loads, waits and uses each 16 columns; "
-                                                      "2 loads the next 16 while these are used"),
-        Boolean("desc_broadcast", description="lane 0 of the MMA warp computes the stage's descriptors and TMEM "
-                                              "addresses and broadcasts them (__shfl_sync) | every lane computes them"),
+        *warp_role_knobs("unit"),
         PowerOfTwo("split_k", 1, 8, description="the most units an output tile is split into along K (the launch takes "
                                                 "the most that fit one wave); the last to finish adds the others' "
                                                 "partial tiles (global workspace)"),

@@ -14,8 +14,8 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-from kernel_genome import Boolean, Constraint, IntRange, PowerOfTwo, Space
-from seeds._blackwell import sm100_recipe
+from kernel_genome import Constraint, IntRange, PowerOfTwo, Space
+from seeds._blackwell import sm100_recipe, warp_role_knobs
 from seeds._family import BuildRecipe, ScreenLimits
 from seeds.vit_gemm.spec import VitGemm
 
@@ -33,14 +33,7 @@ SPACE = Space(
     [
         PowerOfTwo("block_n", 64, 256, description="tile columns = tcgen05.mma N (M is 128)"),
         IntRange("stages", 2, 6, description="TMA pipeline stages of 64-deep K slices"),
-        PowerOfTwo("acc_buffers", 1, 2, description="accumulator buffers in TMEM: with 2 the MMA warp runs the next "
-                                                    "tile's main loop while the epilogue warps drain this one"),
-        PowerOfTwo("epilogue_warps", 4, 8, description="warps reading the accumulators out of TMEM (8: two a lane "
-                                                       "quarter, each half the columns)"),
-        IntRange("tmem_load_depth", 1, 2, description="TMEM loads in flight: 1 loads, waits and finishes each 16-column "
-                                                      "chunk; 2 loads the next chunk while this one is finished"),
-        Boolean("desc_broadcast", description="lane 0 of the MMA warp computes the shared-memory descriptors and "
-                                              "broadcasts them (__shfl_sync) | every lane computes them"),
+        *warp_role_knobs("tile"),
     ],
     [
         Constraint("shared_memory_fits", lambda g: shared_bytes(g) <= SMEM_LIMIT,

@@ -183,22 +183,7 @@ vit_gemm_sm100(const __grid_constant__ TensorMap a_map, const __grid_constant__ 
     const Tiles tiles(M, N);
     const int owned = tiles.owned(), k_tiles = (K + BLOCK_K - 1) / BLOCK_K, warp = threadIdx.x / 32;
 
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; ++s) {
-            barrier_init(full + s, 1);
-            barrier_init(empty + s, 1);  // the MMA warp's commit
-        }
-        for (int b = 0; b < ACC_BUFFERS; ++b) {
-            barrier_init(acc_full + b, 1);
-            barrier_init(acc_free + b, EPILOGUE_WARPS);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    if (warp == 1) tmem_allocate<TMEM_COLUMNS>(tmem_slot);
-    tcgen05_before_sync();
-    __syncthreads();
-    tcgen05_after_sync();
-    const unsigned tmem = *tmem_slot;
+    const unsigned tmem = start_warp_roles<TMEM_COLUMNS>(full, STAGES, ACC_BUFFERS, EPILOGUE_WARPS, tmem_slot);
 
     if (warp == 0) {
         if (threadIdx.x == 0) produce(tiles, owned, k_tiles, &a_map, &w_map, smem, full, empty);
@@ -207,12 +192,7 @@ vit_gemm_sm100(const __grid_constant__ TensorMap a_map, const __grid_constant__ 
     } else {
         drain(tiles, owned, tmem, acc_full, acc_free, M, N, P, bias, pos, C);
     }
-    tcgen05_before_sync();
-    __syncthreads();  // every epilogue warp has read the accumulators: the MMA warp frees them
-    if (warp == 1) {
-        tcgen05_after_sync();
-        tmem_free<TMEM_COLUMNS>(tmem);
-    }
+    end_warp_roles<TMEM_COLUMNS>(tmem);
 }
 
 extern "C" __constant__ int vit_gemm_sm100_shared_bytes = SHARED_BYTES;
