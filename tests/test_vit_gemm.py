@@ -27,8 +27,13 @@ PREFETCH_TWO = SEED.replace(consumers=2, block_n=256, stages=3, wgmma_depth=2, p
                             setmaxnreg=True, operand_prefetch=True, prefetch_buffers=2)
 # the same, pos brought in by TMA boxes (rows past the last patch from a second box)
 PREFETCH_TMA = PREFETCH_TWO.replace(pos_tma=True, prefetch_buffers=1)
+# bias + pos folded into an fp16 table, each tile's rows brought into the staging by TMA and finished in
+# place: cooperative 128 x 256 at 3 stages, ping-pong 128 x 128 at 4, and one block a tile
+FOLDED = PREFETCH_TWO.replace(operand_prefetch=False, prefetch_buffers=1, folded_table=True)
+FOLDED_PINGPONG = PINGPONG.replace(epi_depth=1, folded_table=True)
+FOLDED_PER_TILE = WIDE.replace(store="tma", tile_sync="local", folded_table=True, stages=3)
 NAMED = (SEED, WIDE, PINGPONG, PREFETCH, ROWWISE, CLUSTERED, CLUSTERED_WIDE, CLUSTERED_PER_TILE, PREFETCH_TWO,
-         PREFETCH_TMA)
+         PREFETCH_TMA, FOLDED, FOLDED_PINGPONG, FOLDED_PER_TILE)
 
 
 def test_the_space_mirrors_the_kernel_limits():
@@ -43,6 +48,12 @@ def test_the_space_mirrors_the_kernel_limits():
     assert not space.is_valid(PINGPONG.replace(prefetch_buffers=2))  # only with the prefetch
     assert not space.is_valid(PINGPONG.replace(pos_tma=True))
     assert shared_bytes(PREFETCH_TMA) == shared_bytes(PREFETCH_TWO) - 4 * 8  # the same bytes, one buffer (2 boxes)
+    # a consumer's whole share of the tile as staging: 2 x 64 x 256 bf16 beside 3 stages of 48 KB
+    assert shared_bytes(FOLDED) == 3 * (128 + 256) * 128 + 2 * 64 * 256 * 2 + 14 * 8 + 1024
+    assert shared_bytes(FOLDED_PINGPONG) == shared_bytes(PINGPONG) + 4 * 8
+    assert not space.is_valid(FOLDED.replace(stages=4))  # 256 KB
+    assert not space.is_valid(FOLDED.replace(store="direct16"))
+    assert not space.is_valid(FOLDED_PINGPONG.replace(tile_sync="syncthreads"))
     assert not space.is_valid(SEED.replace(block_n=256, m_tiles=2))  # 256 accumulators a thread
     assert not space.is_valid(WIDE.replace(block_n=256, m_tiles=2, consumers=1, stages=6))  # shared memory
     assert not space.is_valid(SEED.replace(schedule="pingpong"))  # one consumer cannot take turns

@@ -20,7 +20,8 @@ from seeds._family import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, T
 from seeds._wgmma import wgmma_wrapper
 
 HERE = Path(__file__).parent
-SOURCES = tuple(HERE / name for name in ("vit_gemm_parts.cuh", "vit_gemm_epilogue.cuh", "vit_gemm.cu"))
+SOURCES = tuple(HERE / name for name in ("vit_gemm_parts.cuh", "vit_gemm_table.cuh", "vit_gemm_epilogue.cuh",
+                                          "vit_gemm.cu"))
 HOPPER = HERE.parent / "_hopper.cuh"  # the Hopper pieces shared with flashcore
 SMEM_LIMIT = 227 * 1024  # one block
 SMEM_PER_SM = 228 * 1024  # all the blocks of an SM (each also reserves 1 KiB for the system)
@@ -51,8 +52,11 @@ def stage_bytes(g) -> int:
 
 
 def staging_bytes(g) -> int:
-    """Every consumer's staging: the row-wise epilogue's fp32 chunk (wg_rows x ROWWISE_STRIDE), or the
-    TMA store's epi_depth slots of wg_rows x 64 bf16, or nothing."""
+    """Every consumer's staging: with the folded table its whole share of the tile (wg_rows x block_n
+    fp16/bf16), the row-wise epilogue's fp32 chunk (wg_rows x ROWWISE_STRIDE), or the TMA store's
+    epi_depth slots of wg_rows x 64 bf16, or nothing."""
+    if g["folded_table"]:
+        return g["consumers"] * wg_rows(g) * g["block_n"] * 2
     if g["epilogue_reads"] == "rowwise":
         return g["consumers"] * wg_rows(g) * ROWWISE_STRIDE * 4
     return g["consumers"] * g["epi_depth"] * wg_rows(g) * 64 * 2 if g["store"] == "tma" else 0
@@ -68,7 +72,7 @@ def prefetch_bytes(g) -> int:
 
 def shared_bytes(g) -> int:
     """Dynamic shared memory of a block; mirrors SHARED_BYTES in vit_gemm_parts.cuh."""
-    barriers = (2 * g["stages"] + 2 * g["consumers"] * g["prefetch_buffers"]) * 8
+    barriers = (2 * g["stages"] + 2 * g["consumers"] * (g["prefetch_buffers"] + g["folded_table"])) * 8
     return g["stages"] * stage_bytes(g) + staging_bytes(g) + prefetch_bytes(g) + barriers + 1024
 
 
@@ -89,9 +93,20 @@ def consumer_registers(g) -> int:
 
 
 def operand_registers(g) -> int:
-    """Registers holding one chunk's bias and pos (ChunkOperands in vit_gemm_epilogue.cuh), twice when loaded ahead."""
+    """Registers holding one chunk's bias and pos (ChunkOperands in vit_gemm_epilogue.cuh), twice when
+    loaded ahead; none with the folded table (read from the staging value by value)."""
+    if g["folded_table"]:
+        return 0
     one = 4 + wg_rows(g) // 8 * 4 if g["epilogue_reads"] == "rowwise" else 16 + 32 * g["m_tiles"]
     return one * (2 if g["operands_ahead"] else 1)
+
+
+def folded_table(g, s: ProblemShape, device):
+    """The fp16 table of bias + pos that vit_gemm_table fills every launch: P + wg_rows - 1 rows (row r
+    holds patch r % P), so that a consumer's rows from any patch are one box of consecutive rows."""
+    import torch
+
+    return torch.empty(s["p"] + wg_rows(g) - 1, s["n"], device=device, dtype=torch.float16)
 
 
 def _implies(condition: bool, consequence: bool) -> bool:
@@ -126,6 +141,11 @@ SPACE = Space(
                                                        "the next is copied once this one is read, 2 = while it is read"),
         Boolean("pos_tma", description="the prefetch is TMA boxes issued by one thread (rows past the last patch "
                                        "from a second box) | 16-byte cp.async copies by 96 threads"),
+        Boolean("folded_table", description="bias + pos folded once a launch into an fp16 table (a prepass, the GEMM "
+                                            "its programmatic dependent), each consumer's rows of it brought by TMA "
+                                            "into its staging during the main loop and the tile finished there in "
+                                            "place for the TMA store | bias and pos read as fp32 (|bias + pos| < "
+                                            "65504: a larger sum shows in C as infinity)"),
         Boolean("operands_ahead", description="bias and pos of chunk 0 loaded while the tile's last wgmma runs and "
                                               "each next chunk's before this one is finished | each chunk's just before it"),
         IntRange("epi_depth", 1, 3, description="staging slots of the TMA store: 1 converts a chunk once the previous "
@@ -172,15 +192,23 @@ SPACE = Space(
         Constraint("pos_tma_is_a_way_to_prefetch",
                    lambda g: _implies(g["pos_tma"], g["operand_prefetch"]),
                    "pos_tma says how pos is prefetched: it needs operand_prefetch"),
+        Constraint("folded_table_finishes_in_the_staging",
+                   lambda g: _implies(g["folded_table"], g["store"] == "tma" and g["epilogue_reads"] == "fragment"
+                                      and not g["operand_prefetch"] and not g["operands_ahead"]
+                                      and g["epi_depth"] == 1 and g["tile_sync"] == "local"),
+                   "the folded table lands in the TMA store's staging, a consumer's whole share of the tile, and is "
+                   "brought by a thread that meets no block-wide barrier: folded_table needs store = tma, the "
+                   "fragment epilogue, no other prefetch or early operand loads, epi_depth 1 and tile_sync = local"),
         Constraint("raster_only_matters_when_persistent",
                    lambda g: _implies(not g["persistent"], g["raster"] == "along_n"),
                    "one block a tile launches the tiles in along-N order"),
     ],
+    added_later={"folded_table": False},  # runs stored before the knob read as without it
 )
 
 SEED = SPACE.genome(dict(block_n=128, consumers=1, m_tiles=1, stages=2, schedule="cooperative", cluster=1, persistent=False,
                          raster="along_n", tile_sync="syncthreads", wgmma_depth=1, store="tma", epilogue_reads="fragment", operand_prefetch=False,
-                         operands_ahead=False, prefetch_buffers=1, pos_tma=False,
+                         operands_ahead=False, prefetch_buffers=1, pos_tma=False, folded_table=False,
                          epi_depth=1,
                          setmaxnreg=False, blocks_per_sm=1))
 
@@ -214,6 +242,7 @@ class VitGemm(KernelFamily):
                       STORE=STORES.index(g["store"]), EPILOGUE_READS=EPILOGUE_READS.index(g["epilogue_reads"]),
                       OPERANDS_AHEAD=int(g["operands_ahead"]), OPERAND_PREFETCH=int(g["operand_prefetch"]),
                       PREFETCH_BUFFERS=g["prefetch_buffers"], POS_TMA=int(g["pos_tma"]),
+                      FOLDED_TABLE=int(g["folded_table"]),
                       EPI_DEPTH=g["epi_depth"], SETMAXNREG=int(g["setmaxnreg"]),
                       CONSUMER_REGS=consumer_registers(g), BLOCKS_PER_SM=g["blocks_per_sm"])
         flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
@@ -281,7 +310,7 @@ class VitGemm(KernelFamily):
         return kernel, g, {}, self.resident_blocks(kernel, g, planned)
 
     def launch(self, kernel, shape: ProblemShape, inputs, output) -> None:
-        from seeds._cuda import matrix_map, ptr
+        from seeds._cuda import matrix_map, multiprocessors, ptr
 
         function, g, maps, resident = kernel
         a, w, bias, pos = inputs[:4]
@@ -289,21 +318,30 @@ class VitGemm(KernelFamily):
         if g["pos_tma"] and shape["p"] < wg_rows(g):
             raise ValueError(f"pos_tma brings a consumer's {wg_rows(g)} rows of pos in at most two boxes: it needs "
                              f"P >= {wg_rows(g)}, not {shape['p']}")
-        key = (a.data_ptr(), w.data_ptr(), pos.data_ptr(), output.data_ptr(), m, n, k)
+        key = (a.data_ptr(), w.data_ptr(), bias.data_ptr(), pos.data_ptr(), output.data_ptr(), m, n, k, shape["p"])
         if key not in maps:  # encoding a tensor map is host work: once per set of buffers
             maps.clear()
-            maps[key] = (matrix_map(a, 64, block_m(g), swizzled=True),
-                         matrix_map(w, 64, g["block_n"] // g["cluster"], swizzled=True),
-                         matrix_map(output, 64, wg_rows(g), swizzled=True),
-                         matrix_map(pos, 32, wg_rows(g), swizzled=True))
+            table = folded_table(g, shape, pos.device) if g["folded_table"] else None
+            maps[key] = ((matrix_map(a, 64, block_m(g), swizzled=True),
+                          matrix_map(w, 64, g["block_n"] // g["cluster"], swizzled=True),
+                          matrix_map(output, 64, wg_rows(g), swizzled=True),
+                          matrix_map(table, 64, wg_rows(g), swizzled=True) if g["folded_table"]
+                          else matrix_map(pos, 32, wg_rows(g), swizzled=True)),
+                         table, function.module.kernel("vit_gemm_table") if g["folded_table"] else None)
+        tensor_maps, table, prepass = maps[key]
+        if g["folded_table"]:  # bias + pos folded into the fp16 table, every launch
+            quads = table.numel() // 4
+            prepass.launch((min(-(-quads // 256), 4 * multiprocessors()),), (256,),
+                           [ptr(bias), ptr(pos), ptr(table), ctypes.c_int(table.shape[0]), ctypes.c_int(n),
+                            ctypes.c_int(shape["p"])])
         cluster = g["cluster"]
         blocks = -(-m // (block_m(g) * cluster)) * -(-n // g["block_n"]) * cluster  # whole clusters
         if g["persistent"]:
             blocks = min(blocks, resident)
         function.launch((blocks,), (128 * (g["consumers"] + 1),),
-                        [*maps[key], ptr(bias), ptr(pos), ptr(output), ctypes.c_int(m), ctypes.c_int(n),
+                        [*tensor_maps, ptr(bias), ptr(pos), ptr(output), ctypes.c_int(m), ctypes.c_int(n),
                          ctypes.c_int(k), ctypes.c_int(shape["p"])],
-                        shared_bytes=shared_bytes(g))
+                        shared_bytes=shared_bytes(g), programmatic=g["folded_table"])
 
     def anchor(self, shape: ProblemShape, inputs):
         a, w = inputs[:2]

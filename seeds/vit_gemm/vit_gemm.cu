@@ -45,12 +45,18 @@
 //                wrapped rows into a second buffer (the TMA zero-fills rows outside 0..P - 1)
 //   EPI_DEPTH    staging slots a consumer cycles through (STORE 0): 1 = convert a chunk only once the
 //                previous chunk's store has read its slot (serial); 2, 3 = overlapped with the stores
+//   FOLDED_TABLE 1: bias + pos folded into an fp16 table by the prepass vit_gemm_table (this kernel its
+//                programmatic dependent); one thread of the producer warpgroup brings each consumer's
+//                rows of the table by TMA into the consumer's staging (its whole share of the tile)
+//                during the main loop, and the epilogue adds them and writes the bf16 result in place
+//                for the TMA store (STORE 0; the 4th tensor map is the table's); 0: bias and pos fp32
 //   SETMAXNREG   0: every thread gets the launch bound's registers; 1: the producer gives registers
 //                back (setmaxnreg.dec to PRODUCER_REGS) and the consumers take them (to CONSUMER_REGS)
 //   BLOCKS_PER_SM  1 or 2 (the register cap of __launch_bounds__)
 // The translation unit spec.py builds: vit_gemm_parts.cuh (macros, shared-memory plan, tile order,
 // with seeds/_hopper.cuh and the wgmma wrapper for BLOCK_N spliced in after its includes), then
-// vit_gemm_epilogue.cuh (bias/pos reads and prefetch, the epilogue), then this file (producer, kernel).
+// vit_gemm_table.cuh (the folded table's prepass and loader), vit_gemm_epilogue.cuh (bias/pos reads
+// and prefetch, the epilogue), then this file (producer, kernel).
 
 // a consumer warpgroup is done reading a stage: one arrival at the stage's "empty" barrier of every
 // block of the cluster (each block's producer refills it by a multicast into all of them)
@@ -114,6 +120,8 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
     uint64_t* empty = full + STAGES;
     uint64_t* prefetched_full = empty + STAGES;  // PREFETCH_BUFFERS of each a consumer
     uint64_t* prefetched_free = prefetched_full + CONSUMERS * PREFETCH_BUFFERS;
+    uint64_t* table_full = prefetched_free + CONSUMERS * PREFETCH_BUFFERS;  // FOLDED_TABLE: one of each a consumer
+    uint64_t* staging_free = table_full + CONSUMERS;
     const Tiles tiles(M, N);
     const int owned = tiles.owned(), k_tiles = (K + BLOCK_K - 1) / BLOCK_K;
     const int warpgroup = threadIdx.x / 128;
@@ -126,6 +134,10 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
         for (int b = 0; b < CONSUMERS * PREFETCH_BUFFERS; ++b) {
             barrier_init(prefetched_full + b, POS_TMA ? 1 : PREFETCHERS);
             barrier_init(prefetched_free + b, 128);
+        }
+        for (int c = 0; c < CONSUMERS * FOLDED_TABLE; ++c) {
+            barrier_init(table_full + c, 1);
+            barrier_init(staging_free + c, 1);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -147,6 +159,10 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
                 load_pos(tiles, owned, N, P, &pos_map, reinterpret_cast<unsigned char*>(prefetched), prefetched_full,
                          prefetched_free);
         } else
+#elif FOLDED_TABLE  // (with TILE_SYNC 1)
+        if (threadIdx.x >= 32) {
+            if (threadIdx.x == 32) load_table(tiles, owned, N, P, &pos_map, staging, table_full, staging_free);
+        } else
 #endif
             produce(tiles, owned, k_tiles, &a_map, &w_map, smem, full, empty);
     } else {
@@ -157,6 +173,7 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
         const int a_row0 = SCHEDULE == 1 ? 0 : consumer * WG_ROWS;  // this consumer's rows within an A stage
         unsigned char* slots = staging + consumer * (STAGING_BYTES / CONSUMERS);
         int chunk_sequence = 0;  // the chunks this consumer has finished: its staging slot, its prefetched chunk
+        int tables = 0;          // the tiles this consumer has finished (FOLDED_TABLE: its staging's rounds)
         float acc[M_TILES][ACC];
         for (int i = 0; i < owned; ++i) {
 #if SCHEDULE == 1
@@ -186,6 +203,7 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
                         wgmma_bf16(acc[t], descriptor(stage + (a_row0 + t * 64) * 128 + k * 32),
                                    descriptor(stage + A_STAGE + k * 32));
                 wgmma_commit();
+                if (kt == k_tiles / 2) free_staging(staging_free + consumer, tables);
                 wgmma_wait<WGMMA_DEPTH - 1>();  // fill - WGMMA_DEPTH + 1 is done: its stage can be refilled
                 if (threadIdx.x % 128 == 0 && kt >= WGMMA_DEPTH - 1)
                     release_stage(empty + (fill - WGMMA_DEPTH + 1) % STAGES);
@@ -201,7 +219,8 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
             epilogue(acc, ops, origin.x + a_row0, origin.y, M, N, P, bias, pos, C, &c_map, slots, consumer,
                      prefetched + consumer * PREFETCH_BYTES / (CONSUMERS * 8),
                      prefetched_full + consumer * PREFETCH_BUFFERS, prefetched_free + consumer * PREFETCH_BUFFERS,
-                     chunk_sequence);
+                     chunk_sequence, table_full + consumer, tables);
+            ++tables;
 #if TILE_SYNC == 0
             block_rendezvous();
 #endif

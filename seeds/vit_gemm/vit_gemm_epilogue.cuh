@@ -182,7 +182,8 @@ __device__ __forceinline__ void epilogue(float (&acc)[M_TILES][ACC], ChunkOperan
                                          const float* __restrict__ pos, __nv_bfloat16* __restrict__ C,
                                          const TensorMap* c_map, unsigned char* slots, int consumer,
                                          const float2* prefetched, uint64_t* prefetched_full,
-                                         uint64_t* prefetched_free, int& chunk_sequence) {
+                                         uint64_t* prefetched_free, int& chunk_sequence, uint64_t* table_full,
+                                         int tables) {
     const Place at;
 #pragma unroll
     for (int chunk = 0; chunk < BLOCK_N / CHUNK; ++chunk) {
@@ -191,7 +192,7 @@ __device__ __forceinline__ void epilogue(float (&acc)[M_TILES][ACC], ChunkOperan
         if (OPERAND_PREFETCH)
             take_prefetched(ops[chunk % 2], chunk, row0, col0, N, P, bias, prefetched, prefetched_full, prefetched_free,
                             chunk_sequence);
-        else if (!OPERANDS_AHEAD) load_operands(ops[chunk % 2], chunk, row0, col0, M, N, P, bias, pos);
+        else if (!OPERANDS_AHEAD && !FOLDED_TABLE) load_operands(ops[chunk % 2], chunk, row0, col0, M, N, P, bias, pos);
         else if (chunk + 1 < BLOCK_N / CHUNK) load_operands(ops[(chunk + 1) % 2], chunk + 1, row0, col0, M, N, P, bias, pos);
 #if EPILOGUE_READS == 1
         // the chunk to shared memory as fp32 (rows ROWWISE_STRIDE floats apart: the fragment's float2
@@ -221,7 +222,10 @@ __device__ __forceinline__ void epilogue(float (&acc)[M_TILES][ACC], ChunkOperan
         }
         named_sync(1 + consumer, 128);  // the rows are read before the next chunk overwrites them
 #else
-#if STORE == 0
+#if FOLDED_TABLE
+        if (chunk == 0) barrier_wait(table_full, tables & 1);  // the tile's table rows are in the staging
+        unsigned char* slot = slots + chunk * SLOT_BYTES;
+#elif STORE == 0
         unsigned char* slot = slots + (chunk_sequence % EPI_DEPTH) * SLOT_BYTES;
         if (threadIdx.x % 128 == 0) tma_store_wait_read<EPI_DEPTH - 1>();  // the slot's previous store has read it
         named_sync(1 + consumer, 128);
@@ -235,8 +239,14 @@ __device__ __forceinline__ void epilogue(float (&acc)[M_TILES][ACC], ChunkOperan
 #pragma unroll
                 for (int jj = 0; jj < CHUNK / 8; ++jj) {
                     const int j = chunk * CHUNK / 8 + jj;
+#if FOLDED_TABLE  // bias + pos where this pair's bf16 goes (the same swizzled place, below)
+                    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(
+                        slot + local_row * 128 + ((jj ^ (local_row % 8)) * 16) + (at.lane % 4) * 4));
+                    v[jj] = make_float2(acc[t][4 * j + 2 * h] + f.x, acc[t][4 * j + 2 * h + 1] + f.y);
+#else
                     v[jj] = make_float2(acc[t][4 * j + 2 * h] + o.bias[jj].x + o.pos[t][h][jj].x,
                                         acc[t][4 * j + 2 * h + 1] + o.bias[jj].y + o.pos[t][h][jj].y);
+#endif
                 }
 #if STORE == 2
                 // 16 bytes a lane: the 4 lanes of a quad hold a pair of each 8-column group jj; after

@@ -40,18 +40,22 @@ __device__ __forceinline__ void named_arrive(int id, int count) {
 __device__ __forceinline__ void block_rendezvous() { asm volatile("barrier.sync 0;" ::: "memory"); }
 
 // shared memory: STAGES x (A slice, W slice), each consumer's staging, each consumer's prefetched
-// bias + pos chunk (OPERAND_PREFETCH), then the barriers: full and empty of every stage, and a
-// consumer's prefetched chunk full and free
+// bias + pos chunk (OPERAND_PREFETCH), then the barriers: full and empty of every stage, a
+// consumer's prefetched chunk full and free, and (FOLDED_TABLE) a consumer's table rows landed in
+// its staging and its staging free (its last tile's stores have read it)
 constexpr int A_STAGE = BLOCK_M * BLOCK_K * 2, W_STAGE = BLOCK_N * BLOCK_K * 2;
 constexpr int STAGE_BYTES = A_STAGE + W_STAGE;
 constexpr int SLOT_BYTES = WG_ROWS * CHUNK * 2;
 #define ROWWISE_STRIDE (CHUNK + 8)  // floats
-constexpr int STAGING_BYTES = EPILOGUE_READS == 1 ? CONSUMERS * WG_ROWS * ROWWISE_STRIDE * 4
+// FOLDED_TABLE: a consumer's staging is its whole share of the tile (every chunk's slot), which the
+// table's rows fill during the main loop and the epilogue finishes in place
+constexpr int STAGING_BYTES = FOLDED_TABLE          ? CONSUMERS * (BLOCK_N / CHUNK) * SLOT_BYTES
+                              : EPILOGUE_READS == 1 ? CONSUMERS * WG_ROWS * ROWWISE_STRIDE * 4
                               : STORE == 0          ? CONSUMERS * EPI_DEPTH * SLOT_BYTES
                                                     : 0;
 constexpr int PREFETCH_BYTES = OPERAND_PREFETCH ? CONSUMERS * PREFETCH_BUFFERS * WG_ROWS * CHUNK * 4 * (POS_TMA ? 2 : 1) : 0;
 constexpr int POS_BOX_BYTES = WG_ROWS * 128;  // a TMA box of pos: the consumer's rows, 32 fp32 columns
-constexpr int BARRIER_BYTES = (2 * STAGES + 2 * CONSUMERS * PREFETCH_BUFFERS) * 8;
+constexpr int BARRIER_BYTES = (2 * STAGES + 2 * CONSUMERS * PREFETCH_BUFFERS + 2 * CONSUMERS * FOLDED_TABLE) * 8;
 constexpr int SHARED_BYTES = STAGES * STAGE_BYTES + STAGING_BYTES + PREFETCH_BYTES + BARRIER_BYTES + 1024;  // + alignment slack
 #define PREFETCHERS 96  // the producer warpgroup's warps 1..3
 
