@@ -4,7 +4,7 @@
         python benchmarks/vit_gemm_sanitize.py          # also --tool racecheck, --tool synccheck
 
 The genomes of tests/test_vit_gemm.py (ping-pong, the cp.async prefetch, the row-wise epilogue,
-clusters with TMA multicast, pos by TMA boxes) and the seed, on the family's two small shapes
+clusters with TMA multicast, pos by TMA boxes, the folded table finished in the staging) and the seed, on the family's two small shapes
 (batch 8, and M and N multiples of no tile). Outputs are NaN-poisoned before each launch.
 """
 import sys
@@ -13,11 +13,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _reporting import launch_each
 from seeds import get_family
-from test_vit_gemm import CLUSTERED, CLUSTERED_WIDE, PINGPONG, PREFETCH, PREFETCH_TMA, PREFETCH_TWO, ROWWISE, SEED
+from test_vit_gemm import (CLUSTERED, CLUSTERED_WIDE, FOLDED, FOLDED_PER_TILE, FOLDED_PINGPONG, PINGPONG, PREFETCH,
+                           PREFETCH_TMA, PREFETCH_TWO, ROWWISE, SEED)
 
 family = get_family("vit_gemm")
 genomes = {"seed": SEED, "ping-pong": PINGPONG, "cp.async prefetch": PREFETCH, "two prefetch buffers": PREFETCH_TWO,
            "pos by TMA": PREFETCH_TMA, "row-wise": ROWWISE, "cluster ping-pong": CLUSTERED,
-           "cluster cooperative": CLUSTERED_WIDE}
+           "cluster cooperative": CLUSTERED_WIDE, "folded table": FOLDED, "folded table ping-pong": FOLDED_PINGPONG,
+           "folded table, one block a tile": FOLDED_PER_TILE}
 shapes = [s for s in family.shapes if not s.mission and s["m"] < 10_000]
 launch_each(family, genomes, shapes, max_abs_error=family.tolerance.max_abs)
