@@ -10,7 +10,8 @@ The gap between these and an attention kernel is the work itself.
 
 ``read_kv_bulk`` brings each tensor in with one bulk (TMA) copy instead of 16-byte loads, for
 blocks of 32 query rows (the mission grid) and of 64 (half as many blocks, each still reading
-its head's whole K and V).
+its head's whole K and V). ``read_kv_shared2`` / ``4``: clusters of 2 or 4 query blocks of a head,
+each block bulk-copying a part of K and V multicast into all of them (no ring: the whole K and V stay).
 """
 
 from __future__ import annotations
@@ -72,6 +73,49 @@ extern "C" __global__ void read_kv_bulk(const half* q, const half* k, const half
     for (int i = threadIdx.x; i < rows * 64; i += blockDim.x)
         o[out_rows + i] = __float2half(__half2float(q[out_rows + i]) + (mix & 1));
 }
+
+// like read_kv_bulk for blocks of 32 rows, but the N consecutive query blocks of a thread-block
+// cluster share their head's K and V: block r bulk-copies 1/N of each tensor and multicasts it into
+// every block of the cluster (L2 sends each byte once per cluster, every SM still takes in 128 KB)
+#define READ_KV_SHARED(N)                                                                                   \
+    extern "C" __global__ void __cluster_dims__(N, 1, 1)                                                    \
+        read_kv_shared##N(const half* q, const half* k, const half* v, half* o, int s) {                     \
+        extern __shared__ __align__(128) unsigned char stage[];                                             \
+        __shared__ __align__(8) unsigned long long full;                                                    \
+        const size_t head = (size_t)blockIdx.y * s * 64;                                                    \
+        const unsigned bytes = s * 64 * 2, part = bytes / N;                                                \
+        unsigned rank;                                                                                      \
+        asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));                                       \
+        if (threadIdx.x == 0) {                                                                             \
+            asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(smem_address(&full)));                   \
+            asm volatile("fence.mbarrier_init.release.cluster;");                                          \
+            asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(smem_address(&full)),    \
+                         "r"(2 * bytes));                                                                  \
+        }                                                                                                   \
+        asm volatile("barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;" ::: "memory"); \
+        if (threadIdx.x == 0) {                                                                             \
+            const unsigned short mask = (1 << N) - 1;                                                       \
+            for (int t = 0; t < 2; ++t)                                                                     \
+                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster " \
+                             "[%0], [%1], %2, [%3], %4;"                                                   \
+                             ::"r"(smem_address(stage + t * bytes + rank * part)),                           \
+                             "l"((const char*)(t ? v : k) + head * 2 + rank * part), "r"(part),              \
+                             "r"(smem_address(&full)), "h"(mask) : "memory");                             \
+        }                                                                                                   \
+        unsigned done = 0;                                                                                  \
+        while (!done) {                                                                                     \
+            asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }" \
+                         : "=r"(done) : "r"(smem_address(&full)) : "memory");                              \
+        }                                                                                                   \
+        const unsigned mix = reinterpret_cast<const unsigned*>(stage)[threadIdx.x] ^                        \
+                             reinterpret_cast<const unsigned*>(stage + bytes)[threadIdx.x];                 \
+        const size_t out_rows = head + (size_t)blockIdx.x * 32 * 64;                                        \
+        for (int i = threadIdx.x; i < 32 * 64; i += blockDim.x)                                             \
+            o[out_rows + i] = __float2half(__half2float(q[out_rows + i]) + (mix & 1));                      \
+        asm volatile("barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;" ::: "memory"); \
+    }
+READ_KV_SHARED(2)
+READ_KV_SHARED(4)
 """
 
 
@@ -99,12 +143,19 @@ def main() -> None:
         return (f"{grid[0]} x 8 blocks of {rows} rows, each bulk-copying (TMA) its head's K and V (128 KB)",
                 lambda: bulk.launch(grid, (256,), args, shared_bytes=2 * 512 * 128))
 
+    def shared_case(n: int):
+        kernel = module.kernel(f"read_kv_shared{n}")
+        kernel.set_max_dynamic_shared(2 * 512 * 128)
+        args = [ptr(q), ptr(k), ptr(v), ptr(o), s]
+        return (f"16 x 8 blocks of 32 rows, clusters of {n} sharing K and V by multicast bulk copies",
+                lambda: kernel.launch((16, 8), (256,), args, shared_bytes=2 * 512 * 128))
+
     cases = [
         ("empty kernel, 1 block of 32 threads", lambda: empty.launch((1, 1), (32,), [ptr(q), ptr(o)])),
         ("empty kernel, 16 x 8 blocks of 256 threads", lambda: empty.launch((16, 8), (256,), [ptr(q), ptr(o)])),
         ("16 x 8 blocks each reading its head's K and V (128 KB)",
          lambda: read_kv.launch((16, 8), (256,), [ptr(q), ptr(k), ptr(v), ptr(o), s])),
-        bulk_case(32), bulk_case(64),
+        bulk_case(32), bulk_case(64), shared_case(2), shared_case(4),
         ("cuDNN SDPA (the anchor)", lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v)),
     ]
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; shape (1,8,512,64) fp16")
