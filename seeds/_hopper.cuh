@@ -16,6 +16,15 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// 16 bytes global -> shared by cp.async (through L2, no registers), zero-filled when !inside; the
+// destination as a shared-memory address (smem_address) or as a pointer
+__device__ __forceinline__ void copy16_async(unsigned dst, const void* src, bool inside = true) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(inside ? 16 : 0));
+}
+__device__ __forceinline__ void copy16_async(void* dst, const void* src, bool inside = true) {
+    copy16_async(smem_address(dst), src, inside);
+}
+
 // D (16x8, f32) += A (16x16 f16, row-major fragment) * B (16x8 f16, column-major fragment)
 __device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "

@@ -90,7 +90,7 @@ __device__ __forceinline__ void copy_rows_async(half* dst, const half* src, int 
         for (int i = 0; i < steps; ++i) {
             if (ROWS % step != 0 && r0 + i * step >= ROWS) break;
             const unsigned address = repeats ? base + i * step * Tile<D>::ld * 2 : smem_address(dst + Tile<D>::at(r0 + i * step, c));
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(from + i * step * D));
+            copy16_async(address, from + i * step * D);
         }
         return;
     }
@@ -100,8 +100,7 @@ __device__ __forceinline__ void copy_rows_async(half* dst, const half* src, int 
         if (ROWS % step != 0 && r >= ROWS) break;
         const unsigned address = repeats ? base + i * step * Tile<D>::ld * 2 : smem_address(dst + Tile<D>::at(r, c));
         const bool valid = r < rows_valid;
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address),
-                     "l"(valid ? from + i * step * D : dummy), "r"(valid ? 16 : 0));
+        copy16_async(address, valid ? from + i * step * D : dummy, valid);
     }
 }
 

@@ -55,11 +55,6 @@ __device__ __forceinline__ int blocked_offset(int row, int column, int columns) 
     return tile * 512 + (row % 32) * 16 + (row % 128) / 32 * 4 + column % 4;
 }
 
-__device__ __forceinline__ void copy16(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-
 __device__ __forceinline__ void copy4(void* dst, const void* src, bool valid) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src),
                  "r"(valid ? 4 : 0));
@@ -103,7 +98,7 @@ struct TileLoader {
             const int i = threadIdx.x + p * THREADS;
             if (VALUE_COPIES % THREADS != 0 && i >= VALUE_COPIES) break;
             const bool valid = value_valid >> p & 1;
-            copy16(values + i / CHUNKS * ROW_BYTES + i % CHUNKS * 16, value_source[p] + (valid ? kt * (BLOCK_K / 2) : 0),
+            copy16_async(values + i / CHUNKS * ROW_BYTES + i % CHUNKS * 16, value_source[p] + (valid ? kt * (BLOCK_K / 2) : 0),
                    valid);
         }
 #pragma unroll

@@ -56,7 +56,7 @@ struct HalfTileLoader {
         for (int p = 0; p < PASSES; ++p) {
             if (ROWS % STEP != 0 && threadIdx.x / CHUNKS + p * STEP >= ROWS) break;
             const bool valid = p * STEP < valid_rows;
-            copy16(tile + first_offset + p * STEP * 128, valid ? source + p * row_step + kt * BLOCK_K * 2 : source, valid);
+            copy16_async(tile + first_offset + p * STEP * 128, valid ? source + p * row_step + kt * BLOCK_K * 2 : source, valid);
         }
     }
 };

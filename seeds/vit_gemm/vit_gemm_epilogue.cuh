@@ -125,12 +125,6 @@ __device__ void load_pos(const Tiles& tiles, int owned, int N, int P, const Tens
     }
 }
 
-// 16 bytes global -> shared without registers; zero-filled when !inside
-__device__ __forceinline__ void copy16_async(void* dst, const void* src, bool inside) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_address(dst)), "l"(src),
-                 "r"(inside ? 16 : 0) : "memory");
-}
-
 // The prefetching warps (producer warpgroup, warps 1..3): for every chunk every consumer finishes, in
 // the consumers' order, the rows of pos copied along rows (16 bytes a lane, cp.async) into the
 // consumer's next buffer once the consumer has read what it held; the copies themselves arrive on the
