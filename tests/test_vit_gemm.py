@@ -103,3 +103,23 @@ def test_sampled_genomes_are_correct_on_every_shape(tmp_path):
         assert result.status is Status.OK, f"{genome}: {result.message}"
         verified += 1
     assert verified >= 9
+
+
+@pytest.mark.gpu
+def test_the_folded_table_serves_any_patch_count(tmp_path):
+    """The table's rows repeat the patches so that a consumer's rows from any patch are one box: P
+    smaller than a consumer's rows (wrapping several times within a tile), P not dividing the tile,
+    and M, N multiples of no tile; each output NaN-poisoned, checked against the float32 reference."""
+    import torch
+
+    builder = Builder(BuildConfig(tmp_path / "cache"))
+    evaluator = Evaluator(FAMILY, EvalConfig(trials=1), tmp_path / "loaded")
+    shapes = [shape("three_patches", m=7 * 3, n=136, k=64, p=3), shape("patches_130", m=4 * 130, n=328, k=192, p=130)]
+    for genome in (FOLDED, FOLDED_PINGPONG, FOLDED_PER_TILE):
+        kernel = evaluator.load(genome, builder.build(genome.id, FAMILY.build_recipe(genome)))
+        for s in shapes:
+            inputs = FAMILY.make_inputs(s, torch.Generator("cuda").manual_seed(s["p"]))
+            output = FAMILY.make_output(s).fill_(float("nan"))
+            FAMILY.launch(kernel, s, inputs, output)
+            error = (output.float() - FAMILY.reference(s, inputs)).abs().max().item()
+            assert error < FAMILY.tolerance.max_abs, f"{genome} at {s.name}: max abs error {error}"
