@@ -186,7 +186,8 @@ __device__ __forceinline__ void epilogue(float (&acc)[M_TILES][ACC], ChunkOperan
         if (OPERAND_PREFETCH)
             take_prefetched(ops[chunk % 2], chunk, row0, col0, N, P, bias, prefetched, prefetched_full, prefetched_free,
                             chunk_sequence);
-        else if (!OPERANDS_AHEAD && !FOLDED_TABLE) load_operands(ops[chunk % 2], chunk, row0, col0, M, N, P, bias, pos);
+        else if (FOLDED_TABLE) {  // bias + pos arrive in the staging
+        } else if (!OPERANDS_AHEAD) load_operands(ops[chunk % 2], chunk, row0, col0, M, N, P, bias, pos);
         else if (chunk + 1 < BLOCK_N / CHUNK) load_operands(ops[(chunk + 1) % 2], chunk + 1, row0, col0, M, N, P, bias, pos);
 #if EPILOGUE_READS == 1
         // the chunk to shared memory as fp32 (rows ROWWISE_STRIDE floats apart: the fragment's float2
