@@ -137,6 +137,7 @@ def main() -> None:
     s = ctypes.c_int(512)
     empty, read_kv, bulk = module.kernel("empty_kernel"), module.kernel("read_kv"), module.kernel("read_kv_bulk")
     bulk.set_max_dynamic_shared(2 * 512 * 128)
+    empty.set_max_dynamic_shared(170 * 1024)
 
     def bulk_case(rows: int):
         grid, args = (512 // rows, 8), [ptr(q), ptr(k), ptr(v), ptr(o), s, ctypes.c_int(rows)]
@@ -153,6 +154,10 @@ def main() -> None:
     cases = [
         ("empty kernel, 1 block of 32 threads", lambda: empty.launch((1, 1), (32,), [ptr(q), ptr(o)])),
         ("empty kernel, 16 x 8 blocks of 256 threads", lambda: empty.launch((16, 8), (256,), [ptr(q), ptr(o)])),
+        ("the same with 64 KB of dynamic shared memory a block",
+         lambda: empty.launch((16, 8), (256,), [ptr(q), ptr(o)], shared_bytes=64 * 1024)),
+        ("the same with 170 KB of dynamic shared memory a block",
+         lambda: empty.launch((16, 8), (256,), [ptr(q), ptr(o)], shared_bytes=170 * 1024)),
         ("16 x 8 blocks each reading its head's K and V (128 KB)",
          lambda: read_kv.launch((16, 8), (256,), [ptr(q), ptr(k), ptr(v), ptr(o), s])),
         bulk_case(32), bulk_case(64), shared_case(2), shared_case(4),
