@@ -45,6 +45,20 @@ __device__ __forceinline__ unsigned smem_address(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
+// once `full` completes (phase 0): K and V are in `stage`; fold a word of each into `rows` rows of O
+__device__ __forceinline__ void finish_rows(unsigned long long* full, const unsigned char* stage, unsigned bytes,
+                                            const half* q, half* o, size_t out_rows, int rows) {
+    unsigned done = 0;
+    while (!done) {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(smem_address(full)) : "memory");
+    }
+    const unsigned mix = reinterpret_cast<const unsigned*>(stage)[threadIdx.x] ^
+                         reinterpret_cast<const unsigned*>(stage + bytes)[threadIdx.x];
+    for (int i = threadIdx.x; i < rows * 64; i += blockDim.x)
+        o[out_rows + i] = __float2half(__half2float(q[out_rows + i]) + (mix & 1));
+}
+
 // like read_kv, but each tensor arrives by one bulk (TMA) copy into shared memory; blocks of `rows` query rows
 extern "C" __global__ void read_kv_bulk(const half* q, const half* k, const half* v, half* o, int s, int rows) {
     extern __shared__ __align__(128) unsigned char stage[];
@@ -62,16 +76,7 @@ extern "C" __global__ void read_kv_bulk(const half* q, const half* k, const half
                      : "memory");
     }
     __syncthreads();
-    unsigned done = 0;
-    while (!done) {
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done) : "r"(smem_address(&full)) : "memory");
-    }
-    const unsigned mix = reinterpret_cast<const unsigned*>(stage)[threadIdx.x] ^
-                         reinterpret_cast<const unsigned*>(stage + bytes)[threadIdx.x];
-    const size_t out_rows = head + (size_t)blockIdx.x * rows * 64;
-    for (int i = threadIdx.x; i < rows * 64; i += blockDim.x)
-        o[out_rows + i] = __float2half(__half2float(q[out_rows + i]) + (mix & 1));
+    finish_rows(&full, stage, bytes, q, o, head + (size_t)blockIdx.x * rows * 64, rows);
 }
 
 // like read_kv_bulk for blocks of 32 rows, but the N consecutive query blocks of a thread-block
@@ -102,16 +107,7 @@ extern "C" __global__ void read_kv_bulk(const half* q, const half* k, const half
                              "l"((const char*)(t ? v : k) + head * 2 + rank * part), "r"(part),              \
                              "r"(smem_address(&full)), "h"(mask) : "memory");                             \
         }                                                                                                   \
-        unsigned done = 0;                                                                                  \
-        while (!done) {                                                                                     \
-            asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }" \
-                         : "=r"(done) : "r"(smem_address(&full)) : "memory");                              \
-        }                                                                                                   \
-        const unsigned mix = reinterpret_cast<const unsigned*>(stage)[threadIdx.x] ^                        \
-                             reinterpret_cast<const unsigned*>(stage + bytes)[threadIdx.x];                 \
-        const size_t out_rows = head + (size_t)blockIdx.x * 32 * 64;                                        \
-        for (int i = threadIdx.x; i < 32 * 64; i += blockDim.x)                                             \
-            o[out_rows + i] = __float2half(__half2float(q[out_rows + i]) + (mix & 1));                      \
+        finish_rows(&full, stage, bytes, q, o, head + (size_t)blockIdx.x * 32 * 64, 32);                      \
         asm volatile("barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;" ::: "memory"); \
     }
 READ_KV_SHARED(2)
