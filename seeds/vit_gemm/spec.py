@@ -321,15 +321,17 @@ class VitGemm(KernelFamily):
         key = (a.data_ptr(), w.data_ptr(), bias.data_ptr(), pos.data_ptr(), output.data_ptr(), m, n, k, shape["p"])
         if key not in maps:  # encoding a tensor map is host work: once per set of buffers
             maps.clear()
-            table = folded_table(g, shape, pos.device) if g["folded_table"] else None
+            if g["folded_table"]:  # the 4th map is the table's; its prepass runs every launch
+                table, prepass = folded_table(g, shape, pos.device), function.module.kernel("vit_gemm_table")
+                operand_map = matrix_map(table, 64, wg_rows(g), swizzled=True)
+            else:
+                table = prepass = None
+                operand_map = matrix_map(pos, 32, wg_rows(g), swizzled=True)
             maps[key] = ((matrix_map(a, 64, block_m(g), swizzled=True),
                           matrix_map(w, 64, g["block_n"] // g["cluster"], swizzled=True),
-                          matrix_map(output, 64, wg_rows(g), swizzled=True),
-                          matrix_map(table, 64, wg_rows(g), swizzled=True) if g["folded_table"]
-                          else matrix_map(pos, 32, wg_rows(g), swizzled=True)),
-                         table, function.module.kernel("vit_gemm_table") if g["folded_table"] else None)
+                          matrix_map(output, 64, wg_rows(g), swizzled=True), operand_map), table, prepass)
         tensor_maps, table, prepass = maps[key]
-        if g["folded_table"]:  # bias + pos folded into the fp16 table, every launch
+        if prepass is not None:  # bias + pos folded into the fp16 table, every launch
             quads = table.numel() // 4
             prepass.launch((min(-(-quads // 256), 4 * multiprocessors()),), (256,),
                            [ptr(bias), ptr(pos), ptr(table), ctypes.c_int(table.shape[0]), ctypes.c_int(n),
