@@ -136,6 +136,12 @@ __device__ __forceinline__ float4 load_peer4(const float* local, int rank) {
     return v;
 }
 
+// a store to a shared::cluster address (peer_address; it does not wait for the write: a cluster_sync
+// orders it before the other block's reads)
+__device__ __forceinline__ void store_cluster2(unsigned address, float x, float y) {
+    asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(address), "f"(x), "f"(y) : "memory");
+}
+
 // one arrival on the barrier at `bar`'s place in block `rank` of the cluster
 __device__ __forceinline__ void barrier_arrive_peer(uint64_t* bar, int rank) {
     asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(peer_address(bar, rank)) : "memory");

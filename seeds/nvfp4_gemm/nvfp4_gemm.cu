@@ -41,8 +41,8 @@
 //                               fp32 partial tile in a workspace and the last to take its tile's
 //                               ticket adds the others' to its own and stores
 //   SPLIT_CLUSTER               instead, the tile's blocks are one cluster (dimensions set at launch):
-//                               each keeps its partial tile in shared memory and sums a slice of the
-//                               rows over all of them (distributed shared memory) and stores it
+//                               each sends slice r of its partial tile to block r's shared memory
+//                               (distributed shared memory) and sums and stores its own slice
 //   (A_PREPASS: the launch makes nvfp4_gemm the prepass's programmatic dependent: b's first stages
 //    are requested before griddepcontrol.wait, a's after it)
 // each accumulator pair's place in the block tile: row, column of acc[m][n][2h], acc[m][n][2h + 1]
@@ -230,14 +230,30 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
 
     half* out = c + (size_t)batch * M * N;
 #if SPLIT_K > 1 && SPLIT_CLUSTER
-    if (splits > 1) {  // the tile's blocks are one cluster (along z): each sums a slice of the rows
-        float* partial = reinterpret_cast<float*>(smem);
-        __syncthreads();  // every warp is done with the stages, which now hold this block's partial tile
-        FOR_EACH_PAIR(*reinterpret_cast<float2*>(partial + row * REDUCE_PITCH + col) =
-                          make_float2(acc[m][n][2 * h], acc[m][n][2 * h + 1]);)
-        cluster_sync();  // every block's partial tile is in its shared memory
-        sum_cluster_slice(partial, split, splits, out, m0, n0, M, N);
-        cluster_sync();  // no block leaves while the others read its shared memory
+    if (splits > 1) {  // the tile's blocks are one cluster (along z): block r sums slice r of the rows
+        // slice r of block q's partial tile goes to block r's stages, as its partial q: every block's
+        // stores are fire-and-forget, and the sums read local shared memory alone
+        float* partials = reinterpret_cast<float*>(smem);
+        const int slice_rows = TILE_ROWS / splits, slice_shift = __ffs(slice_rows) - 1;  // splits: a power of two
+        cluster_sync();  // every block of the cluster is done with its stages
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {  // a row's pairs (FOR_EACH_PAIR's places) to the block summing its slice
+                const int row = warp_row + m * M_STRIDE + lane / 4 + 8 * h, owner = row >> slice_shift;
+                float* to = partials + ((split << slice_shift) + (row & (slice_rows - 1))) * REDUCE_PITCH + warp_col + lane % 4 * 2;
+                if (owner == split) {  // this block's own slice: plain shared memory
+#pragma unroll
+                    for (int n = 0; n < NT; ++n)
+                        *reinterpret_cast<float2*>(to + n * 8) = make_float2(acc[m][n][2 * h], acc[m][n][2 * h + 1]);
+                } else {
+                    const unsigned remote = peer_address(to, owner);
+#pragma unroll
+                    for (int n = 0; n < NT; ++n) store_cluster2(remote + n * 8 * 4, acc[m][n][2 * h], acc[m][n][2 * h + 1]);
+                }
+            }
+        cluster_sync();  // every block's slices have arrived
+        sum_cluster_slice(partials, split, splits, out, m0, n0, M, N);
         return;
     }
 #elif SPLIT_K > 1
@@ -256,12 +272,8 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
         }
     }
 #endif
-#if MMA == 2  // the pair is c[m0 + col][n0 + row] and c[m0 + col + 1][n0 + row]
-    FOR_EACH_PAIR(if (n0 + row < N) {
-                      if (m0 + col < M) out[(size_t)(m0 + col) * N + n0 + row] = __float2half_rn(acc[m][n][2 * h] * UNSCALE);
-                      if (m0 + col + 1 < M)
-                          out[(size_t)(m0 + col + 1) * N + n0 + row] = __float2half_rn(acc[m][n][2 * h + 1] * UNSCALE);
-                  })
+#if MMA == 2  // the pair is c[m0 + col][n0 + row] and c[m0 + col + 1][n0 + row]: through shared memory
+    store_tile(acc, smem, warp_row, out, m0, n0, M, N);
 #else
     FOR_EACH_PAIR(if (m0 + row < M && n0 + col < N) *reinterpret_cast<half2*>(out + (size_t)(m0 + row) * N + n0 + col) =
                       __floats2half2_rn(acc[m][n][2 * h] * UNSCALE, acc[m][n][2 * h + 1] * UNSCALE);)
