@@ -210,6 +210,55 @@ struct Fused {
                 }
             }
         }
+#elif CLUSTER == 1 && GRID_SPLIT == 1
+        // the KV_SPLIT warps sharing rows first agree on each row's max through shared memory; each
+        // then rescales its own O and row sum to that max in registers and leaves them, so that the
+        // rows are merged by adds alone (no exponential per split on the merging thread's path)
+        constexpr int o_ld = D + 4;
+        using P_ = Plan<D>;
+        float* partial = reinterpret_cast<float*>(smem + P_::bytes - P_::merge_bytes);  // [split][row][o_ld]
+        float* stats = partial + align128(KV_SPLIT * BLOCK_M * o_ld * 4) / 4;            // [split][row] max, sum
+        float sums[MT][2];
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                sums[m][h] = quad_reduce_sum(row_sum[m][h], 4);
+                if (tq == 0) stats[2 * (split * BLOCK_M + row0 + m * 16 + g + 8 * h)] = row_max[m][h];
+            }
+        __syncthreads();  // every split's row maxes are in
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = row0 + m * 16 + g + 8 * h, slot = split * BLOCK_M + row;
+                float top = -CUDART_INF_F;
+#pragma unroll
+                for (int k = 0; k < KV_SPLIT; ++k) top = fmaxf(top, stats[2 * (k * BLOCK_M + row)]);
+                // a split that saw no key of the row (max -inf) adds nothing
+                const float f = row_max[m][h] == -CUDART_INF_F ? 0.f : exp_base((row_max[m][h] - top) * p.logit_scale);
+                if (tq == 0) stats[2 * slot + 1] = sums[m][h] * f;
+#pragma unroll
+                for (int d = 0; d < DT; ++d)
+                    *reinterpret_cast<float2*>(partial + slot * o_ld + d * 8 + 2 * tq) =
+                        make_float2(o[m][d][2 * h] * f, o[m][d][2 * h + 1] * f);
+            }
+        __syncthreads();  // every split's rescaled rows are in
+        constexpr int quads = D / 4, items = BLOCK_M * quads;
+#pragma unroll
+        for (int pass = 0; pass < (items + THREADS - 1) / THREADS; ++pass) {
+            const int e = threadIdx.x + pass * THREADS, row = e / quads, col = e % quads * 4;
+            if (items % THREADS != 0 && e >= items) break;
+            if (p.q0 + row >= p.S) continue;
+            Partial merged{0.f, 0.f, make_float4(0.f, 0.f, 0.f, 0.f)};
+#pragma unroll
+            for (int k = 0; k < KV_SPLIT; ++k) {
+                const float4 v = *reinterpret_cast<const float4*>(partial + (k * BLOCK_M + row) * o_ld + col);
+                merged.o = make_float4(merged.o.x + v.x, merged.o.y + v.y, merged.o.z + v.z, merged.o.w + v.w);
+                merged.sum += stats[2 * (k * BLOCK_M + row) + 1];
+            }
+            merged.write(O + (size_t)(p.q0 + row) * D + col);
+        }
 #else
         // every split (warps sharing rows, blocks of a cluster) leaves its unnormalised O, raw row max
         // and row sum in shared memory; the rows are then merged as split-K softmax does (with
