@@ -23,13 +23,16 @@ WGMMA_WIDE = WGMMA.replace(block_n=256, warps_n=4, promote=False, split_k=8)
 SWAPPED = SPLIT.replace(warps_m=4, warps_n=2, mma="wgmma_swapped", promote=False, split_k=8)
 # one warpgroup of 64 columns, two blocks an SM
 SWAPPED_NARROW = SWAPPED.replace(block_n=64, warps_n=1, stages=2, blocks_per_sm=2)
+# two blocks an SM with two small stages: the output tile does not fit shared memory, so the pairs
+# are stored directly instead of through it
+SWAPPED_DIRECT_STORE = SWAPPED.replace(block_k=64, stages=2, blocks_per_sm=2)
 # a dequantised once, by a first kernel, into an fp16 copy the blocks stream in
 PREPASS = SWAPPED.replace(a_dequant="prepass")
 # the split tiles summed inside a thread-block cluster through distributed shared memory
 CLUSTER = PREPASS.replace(split_reduce="cluster")
 CLUSTER_MMA_SYNC = SPLIT.replace(split_reduce="cluster")
-DESIGN_POINTS = (SEED, SPLIT, WIDE, SHARED, WGMMA, WGMMA_WIDE, SWAPPED, SWAPPED_NARROW, PREPASS, CLUSTER,
-                 CLUSTER_MMA_SYNC)
+DESIGN_POINTS = (SEED, SPLIT, WIDE, SHARED, WGMMA, WGMMA_WIDE, SWAPPED, SWAPPED_NARROW, SWAPPED_DIRECT_STORE, PREPASS,
+                 CLUSTER, CLUSTER_MMA_SYNC)
 
 
 def test_covering_sample_covers_every_value():

@@ -273,7 +273,14 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
     }
 #endif
 #if MMA == 2  // the pair is c[m0 + col][n0 + row] and c[m0 + col + 1][n0 + row]: through shared memory
-    store_tile(acc, smem, warp_row, out, m0, n0, M, N);
+    if constexpr (TILE_STAGED)
+        store_tile(acc, smem, warp_row, out, m0, n0, M, N);
+    else
+        FOR_EACH_PAIR(if (n0 + row < N) {
+                          if (m0 + col < M) out[(size_t)(m0 + col) * N + n0 + row] = __float2half_rn(acc[m][n][2 * h] * UNSCALE);
+                          if (m0 + col + 1 < M)
+                              out[(size_t)(m0 + col + 1) * N + n0 + row] = __float2half_rn(acc[m][n][2 * h + 1] * UNSCALE);
+                      })
 #else
     FOR_EACH_PAIR(if (m0 + row < M && n0 + col < N) *reinterpret_cast<half2*>(out + (size_t)(m0 + row) * N + n0 + col) =
                       __floats2half2_rn(acc[m][n][2 * h] * UNSCALE, acc[m][n][2 * h + 1] * UNSCALE);)

@@ -270,10 +270,10 @@ __device__ __forceinline__ void multiply_stage(float (&d)[MT][NT][4], const uint
 // The block's tile (accumulator (row, col) is c[m0 + col][n0 + row]) stored through shared memory: each
 // warp writes its fp16 pairs transposed by stmatrix (8 x 8 matrices whose rows are 8 consecutive
 // columns of one row of c, 16 bytes), then the block stores c's rows in whole 16-byte pieces (instead of
-// 2-byte stores 2 N bytes apart). `staged` is the stages' shared memory, free once every warp is past
-// its last wgmma.
+// 2-byte stores 2 N bytes apart). `staged` is the block's shared memory, free once every warp is past
+// its last wgmma; where the tile does not fit it (few, small stages), the kernel stores pairs directly.
 constexpr int STAGED_PITCH = BLOCK_N + 8;  // halves of a staged row of c, padded: stmatrix's rows hit distinct banks
-static_assert(BLOCK_M * STAGED_PITCH * 2 <= STAGES * STAGE_BYTES, "the staged tile fits the stages");
+constexpr bool TILE_STAGED = BLOCK_M * STAGED_PITCH * 2 <= SHARED_BYTES;
 
 __device__ __forceinline__ void stmatrix_x4_trans(unsigned address, const uint32_t (&r)[4]) {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
