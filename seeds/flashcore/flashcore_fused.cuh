@@ -244,20 +244,27 @@ struct Fused {
                         make_float2(o[m][d][2 * h] * f, o[m][d][2 * h + 1] * f);
             }
         __syncthreads();  // every split's rescaled rows are in
-        constexpr int quads = D / 4, items = BLOCK_M * quads;
+        // a thread sums all its items before it writes any (the loads do not wait behind the stores)
+        constexpr int quads = D / 4, items = BLOCK_M * quads, PASSES = (items + THREADS - 1) / THREADS;
+        Partial merged[PASSES];
 #pragma unroll
-        for (int pass = 0; pass < (items + THREADS - 1) / THREADS; ++pass) {
+        for (int pass = 0; pass < PASSES; ++pass) {
             const int e = threadIdx.x + pass * THREADS, row = e / quads, col = e % quads * 4;
             if (items % THREADS != 0 && e >= items) break;
-            if (p.q0 + row >= p.S) continue;
-            Partial merged{0.f, 0.f, make_float4(0.f, 0.f, 0.f, 0.f)};
+            merged[pass] = {0.f, 0.f, make_float4(0.f, 0.f, 0.f, 0.f)};
 #pragma unroll
             for (int k = 0; k < KV_SPLIT; ++k) {
                 const float4 v = *reinterpret_cast<const float4*>(partial + (k * BLOCK_M + row) * o_ld + col);
-                merged.o = make_float4(merged.o.x + v.x, merged.o.y + v.y, merged.o.z + v.z, merged.o.w + v.w);
-                merged.sum += stats[2 * (k * BLOCK_M + row) + 1];
+                float4& o_ = merged[pass].o;
+                o_ = make_float4(o_.x + v.x, o_.y + v.y, o_.z + v.z, o_.w + v.w);
+                merged[pass].sum += stats[2 * (k * BLOCK_M + row) + 1];
             }
-            merged.write(O + (size_t)(p.q0 + row) * D + col);
+        }
+#pragma unroll
+        for (int pass = 0; pass < PASSES; ++pass) {
+            const int e = threadIdx.x + pass * THREADS, row = e / quads, col = e % quads * 4;
+            if (items % THREADS != 0 && e >= items) break;
+            if (p.q0 + row < p.S) merged[pass].write(O + (size_t)(p.q0 + row) * D + col);
         }
 #else
         // every split (warps sharing rows, blocks of a cluster) leaves its unnormalised O, raw row max
