@@ -414,20 +414,22 @@ __device__ __forceinline__ void sum_slice(const float* partials, int rank, half*
     constexpr int ROWS = TILE_ROWS / SPLITS, UNIT_ROWS = MMA == 2 ? 2 : 1, UNITS = ROWS * TILE_COLS / 4 / UNIT_ROWS,
                   PASSES = (UNITS + THREADS - 1) / THREADS;
     const int first = rank * ROWS;
-    auto place = [](int unit, int& row, int& col) {
-#if MMA == 2  // unit: rows 2 r, 2 r + 1 and 4 columns (a column of c's rows: two halves at once)
+    // this thread's unit of pass p (false past the slice): its first row and column
+    auto place = [](int p, int& row, int& col) {
+        const int unit = threadIdx.x + p * THREADS;
+        if (UNITS % THREADS != 0 && unit >= UNITS) return false;
+#if MMA == 2  // a unit: rows 2 r, 2 r + 1 and 4 columns (a column of c's rows: two halves at once)
         row = unit % (ROWS / 2) * 2, col = unit / (ROWS / 2) * 4;
 #else
         row = unit / (TILE_COLS / 4), col = unit % (TILE_COLS / 4) * 4;
 #endif
+        return true;
     };
     float sums[PASSES][UNIT_ROWS][4] = {};
 #pragma unroll
     for (int p = 0; p < PASSES; ++p) {
-        const int unit = threadIdx.x + p * THREADS;
-        if (UNITS % THREADS != 0 && unit >= UNITS) break;
         int row, col;
-        place(unit, row, col);
+        if (!place(p, row, col)) break;
 #pragma unroll
         for (int q = 0; q < SPLITS; ++q)
 #pragma unroll
@@ -438,10 +440,8 @@ __device__ __forceinline__ void sum_slice(const float* partials, int rank, half*
     }
 #pragma unroll
     for (int p = 0; p < PASSES; ++p) {
-        const int unit = threadIdx.x + p * THREADS;
-        if (UNITS % THREADS != 0 && unit >= UNITS) break;
         int row, col;
-        place(unit, row, col);
+        if (!place(p, row, col)) break;
 #if MMA == 2  // N is even: the pair of rows (columns of c) lies inside N or past it
         if (n0 + first + row < N)
 #pragma unroll
