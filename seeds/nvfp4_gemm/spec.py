@@ -19,7 +19,8 @@ from seeds._wgmma import wgmma_wrapper
 
 HERE = Path(__file__).parent
 HOPPER = HERE.parent / "_hopper.cuh"
-SOURCES = (HERE / "nvfp4_gemm_parts.cuh", HERE / "nvfp4_prepass.cuh", HERE / "nvfp4_gemm.cu")
+SOURCES = (HERE / "nvfp4_gemm_parts.cuh", HERE / "nvfp4_epilogue.cuh", HERE / "nvfp4_prepass.cuh",
+           HERE / "nvfp4_gemm.cu")
 DEQUANTS = ("registers", "shared")
 MMAS = ("mma_sync", "wgmma", "wgmma_swapped")
 A_DEQUANTS = ("in_block", "prepass")
