@@ -14,12 +14,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _reporting import launch_each
 from seeds import get_family
-from test_nvfp4_gemm import (CLUSTER, CLUSTER_MMA_SYNC, PREPASS, SEED, SHARED, SPLIT, SWAPPED, SWAPPED_NARROW,
-                             WGMMA, WGMMA_WIDE, WIDE)
+from test_nvfp4_gemm import (CLUSTER, CLUSTER_MMA_SYNC, PREPASS, SEED, SHARED, SPLIT, SWAPPED, SWAPPED_DIRECT_STORE,
+                             SWAPPED_NARROW, WGMMA, WGMMA_WIDE, WIDE)
 
 family = get_family("nvfp4_gemm")
 genomes = {"seed": SEED, "split-K": SPLIT, "wide": WIDE, "shared + mma.sync": SHARED, "wgmma": WGMMA,
            "wgmma 128x256": WGMMA_WIDE, "swapped wgmma": SWAPPED, "swapped, one warpgroup": SWAPPED_NARROW,
+           "swapped, the tile stored directly (two small stages)": SWAPPED_DIRECT_STORE,
            "swapped, a's fp16 copy by a prepass (the GEMM its programmatic dependent)": PREPASS,
            "split tiles summed in a cluster": CLUSTER, "mma.sync, split tiles summed in a cluster": CLUSTER_MMA_SYNC}
 shapes = [s for s in family.shapes if s.name not in ("m128_n7168_k16384", "square4096")]
