@@ -210,14 +210,16 @@ struct Fused {
                 }
             }
         }
-#elif CLUSTER == 1 && GRID_SPLIT == 1
-        // the KV_SPLIT warps sharing rows first agree on each row's max through shared memory; each
-        // then rescales its own O and row sum to that max in registers and leaves them, so that the
-        // rows are merged by adds alone (no exponential per split on the merging thread's path)
+#else
+        // the splits' partial rows and their (max, sum) meet in shared memory
         constexpr int o_ld = D + 4;
         using P_ = Plan<D>;
         float* partial = reinterpret_cast<float*>(smem + P_::bytes - P_::merge_bytes);  // [split][row][o_ld]
         float* stats = partial + align128(KV_SPLIT * BLOCK_M * o_ld * 4) / 4;            // [split][row] max, sum
+#if CLUSTER == 1 && GRID_SPLIT == 1
+        // the KV_SPLIT warps sharing rows first agree on each row's max through shared memory; each
+        // then rescales its own O and row sum to that max in registers and leaves them, so that the
+        // rows are merged by adds alone (no exponential per split on the merging thread's path)
         float sums[MT][2];
 #pragma unroll
         for (int m = 0; m < MT; ++m)
@@ -270,10 +272,6 @@ struct Fused {
         // every split (warps sharing rows, blocks of a cluster) leaves its unnormalised O, raw row max
         // and row sum in shared memory; the rows are then merged as split-K softmax does (with
         // GRID_SPLIT > 1 into this block's record of the workspace, merged again by grid_merge)
-        constexpr int o_ld = D + 4;
-        using P_ = Plan<D>;
-        float* partial = reinterpret_cast<float*>(smem + P_::bytes - P_::merge_bytes);  // [split][row][o_ld]
-        float* stats = partial + align128(KV_SPLIT * BLOCK_M * o_ld * 4) / 4;            // [split][row] max, sum
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
 #pragma unroll
@@ -343,6 +341,7 @@ struct Fused {
 #endif
 #if GRID_SPLIT > 1
         grid_merge(O, p);
+#endif
 #endif
 #endif
     }
