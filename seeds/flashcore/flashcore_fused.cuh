@@ -211,67 +211,98 @@ struct Fused {
             }
         }
 #else
-        // the splits' partial rows and their (max, sum) meet in shared memory
-        constexpr int o_ld = D + 4;
-        using P_ = Plan<D>;
-        float* partial = reinterpret_cast<float*>(smem + P_::bytes - P_::merge_bytes);  // [split][row][o_ld]
-        float* stats = partial + align128(KV_SPLIT * BLOCK_M * o_ld * 4) / 4;            // [split][row] max, sum
+        // the splits' partial rows and their (max, sum) meet in shared memory (Plan<D>'s merge region)
+        float* partial = reinterpret_cast<float*>(smem + Plan<D>::bytes - Plan<D>::merge_bytes);
 #if CLUSTER == 1 && GRID_SPLIT == 1
-        // the KV_SPLIT warps sharing rows first agree on each row's max through shared memory; each
-        // then rescales its own O and row sum to that max in registers and leaves them, so that the
-        // rows are merged by adds alone (no exponential per split on the merging thread's path)
-        float sums[MT][2];
+        // The KV_SPLIT warps sharing rows merge through their row group's named barrier alone (no
+        // block-wide barrier: the row groups finish independently). Every split but the first leaves
+        // its row maxes, its share of the row sums and its unnormalised O in shared memory in its own
+        // register order (a float4 per lane and step: conflict-free), arrives and leaves; the first
+        // split waits, loads all the others' records before it uses any, folds them into its registers
+        // with one exponential per split and row, and writes O.
+        constexpr int O_QUADS = MT * DT, RECORD = (O_QUADS + MT) * 32;  // float4s: O, then (max, max, sum, sum) per m
+        const int group = threadIdx.x / 32 % GROUPS;
+        float4* records = reinterpret_cast<float4*>(partial) + group * RECORD + lane;  // [split - 1][group][...][lane]
+        if (split > 0) {
+            float4* mine = records + (split - 1) * GROUPS * RECORD;
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+#pragma unroll
+                for (int d = 0; d < DT; ++d) mine[(m * DT + d) * 32] = make_float4(o[m][d][0], o[m][d][1], o[m][d][2], o[m][d][3]);
+                mine[(O_QUADS + m) * 32] = make_float4(row_max[m][0], row_max[m][1], row_sum[m][0], row_sum[m][1]);
+            }
+            named_barrier_arrive(1 + group, KV_SPLIT * 32);
+            return;
+        }
+        named_barrier_sync(1 + group, KV_SPLIT * 32);
+        float4 their_stats[KV_SPLIT - 1][MT];
+#pragma unroll
+        for (int k = 0; k < KV_SPLIT - 1; ++k)
+#pragma unroll
+            for (int m = 0; m < MT; ++m) their_stats[k][m] = records[k * GROUPS * RECORD + (O_QUADS + m) * 32];
+        // each row's weights (a split that saw no key of the row, max -inf, adds nothing) and sum
+        float factor[KV_SPLIT][MT][2], inv[MT][2];
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                sums[m][h] = quad_reduce_sum(row_sum[m][h], 4);
-                if (tq == 0) stats[2 * (split * BLOCK_M + row0 + m * 16 + g + 8 * h)] = row_max[m][h];
+                float top = row_max[m][h];
+#pragma unroll
+                for (int k = 0; k < KV_SPLIT - 1; ++k) top = fmaxf(top, h ? their_stats[k][m].y : their_stats[k][m].x);
+                auto weight = [&](float split_max) {
+                    return split_max == -CUDART_INF_F ? 0.f : exp_base((split_max - top) * p.logit_scale);
+                };
+                factor[0][m][h] = weight(row_max[m][h]);
+                float sum = row_sum[m][h] * factor[0][m][h];
+#pragma unroll
+                for (int k = 0; k < KV_SPLIT - 1; ++k) {
+                    factor[k + 1][m][h] = weight(h ? their_stats[k][m].y : their_stats[k][m].x);
+                    sum += (h ? their_stats[k][m].w : their_stats[k][m].z) * factor[k + 1][m][h];
+                }
+                inv[m][h] = 1.f / quad_reduce_sum(sum, 4);
+#pragma unroll
+                for (int d = 0; d < DT; ++d) {
+                    o[m][d][2 * h] *= factor[0][m][h];
+                    o[m][d][2 * h + 1] *= factor[0][m][h];
+                }
             }
-        __syncthreads();  // every split's row maxes are in
+        // the other splits' O, a split's record at a time (all its loads before its adds)
+#pragma unroll
+        for (int k = 0; k < KV_SPLIT - 1; ++k) {
+            float4 their_o[MT][DT];
+#pragma unroll
+            for (int m = 0; m < MT; ++m)
+#pragma unroll
+                for (int d = 0; d < DT; ++d) their_o[m][d] = records[k * GROUPS * RECORD + (m * DT + d) * 32];
+#pragma unroll
+            for (int m = 0; m < MT; ++m)
+#pragma unroll
+                for (int d = 0; d < DT; ++d) {
+                    const float4 v = their_o[m][d];
+                    o[m][d][0] += v.x * factor[k + 1][m][0];
+                    o[m][d][1] += v.y * factor[k + 1][m][0];
+                    o[m][d][2] += v.z * factor[k + 1][m][1];
+                    o[m][d][3] += v.w * factor[k + 1][m][1];
+                }
+        }
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const int row = row0 + m * 16 + g + 8 * h, slot = split * BLOCK_M + row;
-                float top = -CUDART_INF_F;
+                const int query = p.q0 + row0 + m * 16 + g + 8 * h;
+                if (query < p.S) {
 #pragma unroll
-                for (int k = 0; k < KV_SPLIT; ++k) top = fmaxf(top, stats[2 * (k * BLOCK_M + row)]);
-                // a split that saw no key of the row (max -inf) adds nothing
-                const float f = row_max[m][h] == -CUDART_INF_F ? 0.f : exp_base((row_max[m][h] - top) * p.logit_scale);
-                if (tq == 0) stats[2 * slot + 1] = sums[m][h] * f;
-#pragma unroll
-                for (int d = 0; d < DT; ++d)
-                    *reinterpret_cast<float2*>(partial + slot * o_ld + d * 8 + 2 * tq) =
-                        make_float2(o[m][d][2 * h] * f, o[m][d][2 * h + 1] * f);
+                    for (int d = 0; d < DT; ++d)
+                        *reinterpret_cast<half2*>(O + (size_t)query * D + d * 8 + 2 * tq) =
+                            __floats2half2_rn(o[m][d][2 * h] * inv[m][h], o[m][d][2 * h + 1] * inv[m][h]);
+                }
             }
-        __syncthreads();  // every split's rescaled rows are in
-        // a thread sums all its items before it writes any (the loads do not wait behind the stores)
-        constexpr int quads = D / 4, items = BLOCK_M * quads, PASSES = (items + THREADS - 1) / THREADS;
-        Partial merged[PASSES];
-#pragma unroll
-        for (int pass = 0; pass < PASSES; ++pass) {
-            const int e = threadIdx.x + pass * THREADS, row = e / quads, col = e % quads * 4;
-            if (items % THREADS != 0 && e >= items) break;
-            merged[pass] = {0.f, 0.f, make_float4(0.f, 0.f, 0.f, 0.f)};
-#pragma unroll
-            for (int k = 0; k < KV_SPLIT; ++k) {
-                const float4 v = *reinterpret_cast<const float4*>(partial + (k * BLOCK_M + row) * o_ld + col);
-                float4& o_ = merged[pass].o;
-                o_ = make_float4(o_.x + v.x, o_.y + v.y, o_.z + v.z, o_.w + v.w);
-                merged[pass].sum += stats[2 * (k * BLOCK_M + row) + 1];
-            }
-        }
-#pragma unroll
-        for (int pass = 0; pass < PASSES; ++pass) {
-            const int e = threadIdx.x + pass * THREADS, row = e / quads, col = e % quads * 4;
-            if (items % THREADS != 0 && e >= items) break;
-            if (p.q0 + row < p.S) merged[pass].write(O + (size_t)(p.q0 + row) * D + col);
-        }
 #else
         // every split (warps sharing rows, blocks of a cluster) leaves its unnormalised O, raw row max
         // and row sum in shared memory; the rows are then merged as split-K softmax does (with
         // GRID_SPLIT > 1 into this block's record of the workspace, merged again by grid_merge)
+        constexpr int o_ld = D + 4;  // [split][row][o_ld] floats, then [split][row] (max, sum)
+        float* stats = partial + align128(KV_SPLIT * BLOCK_M * o_ld * 4) / 4;
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
 #pragma unroll

@@ -128,6 +128,16 @@ __device__ __forceinline__ void ldsm_x2_trans(uint32_t* r, const half* p) {
                  : "r"(smem_address(p)));
 }
 
+// named barrier `id` (1..15; 0 is __syncthreads) of `threads` threads: arrive without waiting
+// (this thread's earlier shared-memory writes are visible to those that sync on it), or wait there
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
     const half2 h = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<const uint32_t*>(&h);
