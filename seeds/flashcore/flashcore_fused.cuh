@@ -7,34 +7,18 @@
 // KV_SPLIT warps own the same rows, each taking its BLOCK_N slice of every K/V stage, and the
 // block merges their (max, sum, O) at the end as split-K softmax does.
 // ---------------------------------------------------------------------------------------------
-// Four columns of one row's partial result: the raw row max `top` of the keys seen, the sum of the
-// row's exponentials and its unnormalised O, both relative to `top`; merged as split-K softmax does.
-// A split that saw no key (top = -inf) adds nothing.
-struct Partial {
-    float top, sum;
-    float4 o;
-
-    __device__ static Partial none() { return {-CUDART_INF_F, 0.f, make_float4(0.f, 0.f, 0.f, 0.f)}; }
-
-    // add another split's (max, sum) and O of the same row and columns
-    __device__ __forceinline__ void add(float2 stats, float4 v, float logit_scale) {
-        const float next = fmaxf(top, stats.x);
-        if (next == -CUDART_INF_F) return;
-        const float mine = exp_base((top - next) * logit_scale), theirs = exp_base((stats.x - next) * logit_scale);
-        o = make_float4(o.x * mine + v.x * theirs, o.y * mine + v.y * theirs, o.z * mine + v.z * theirs,
-                        o.w * mine + v.w * theirs);
-        sum = sum * mine + stats.y * theirs;
-        top = next;
-    }
-
-    // the four fp16 outputs O / sum
-    __device__ __forceinline__ void write(half* out) const {
-        const float inv = 1.f / sum;
-        half2* pair = reinterpret_cast<half2*>(out);
-        pair[0] = __floats2half2_rn(o.x * inv, o.y * inv);
-        pair[1] = __floats2half2_rn(o.z * inv, o.w * inv);
-    }
-};
+// op over the 2 * N values of row half h in a thread's S fragments (N a power of two), as a tree
+template <int N, typename Op>
+__device__ __forceinline__ float pair_tree(const float (&s)[N][4], int h, Op op) {
+    float v[N];
+#pragma unroll
+    for (int n = 0; n < N; ++n) v[n] = op(s[n][2 * h], s[n][2 * h + 1]);
+#pragma unroll
+    for (int step = 1; step < N; step *= 2)
+#pragma unroll
+        for (int i = 0; i < N; i += 2 * step) v[i] = op(v[i], v[i + step]);
+    return v[0];
+}
 
 template <int D>
 struct Fused {
@@ -134,29 +118,31 @@ struct Fused {
         const bool edge = kv0 + BLOCK_N > p.S || (p.causal && kv0 + BLOCK_N - 1 > p.q0 + row0);
         if (edge) mask_scores(s, p, kv0);  // a branch: the inner tiles run none of the masking arithmetic
         const float scale = p.logit_scale;
+        // A warp usually has its scheduler to itself, so nothing hides a chain of dependent
+        // instructions: the two row halves go side by side, and maxima and sums are trees.
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
+            float mx[2], reference[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) mx[h] = fmaxf(row_max[m][h], pair_tree<NT>(s[m], h, [](float x, float y) { return fmaxf(x, y); }));
+#pragma unroll
+            for (int offset = 1; offset < 4; offset *= 2)  // the quad sharing a row
+#pragma unroll
+                for (int h = 0; h < 2; ++h) mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], offset));
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                float mx = row_max[m][h];
+                reference[h] = mx[h] == -CUDART_INF_F ? 0.f : mx[h] * scale;
 #pragma unroll
                 for (int n = 0; n < NT; ++n)
 #pragma unroll
-                    for (int c = 0; c < 2; ++c) mx = fmaxf(mx, s[m][n][2 * h + c]);
-                mx = quad_reduce_max(mx, 4);
-                const float reference = mx == -CUDART_INF_F ? 0.f : mx * scale;
-                const float r = exp_base(row_max[m][h] * scale - reference);
-                float sum = 0.f;
+                    for (int c = 0; c < 2; ++c) s[m][n][2 * h + c] = exp_base(fmaf(s[m][n][2 * h + c], scale, -reference[h]));
+            }
 #pragma unroll
-                for (int n = 0; n < NT; ++n)
-#pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        const float e = exp_base(fmaf(s[m][n][2 * h + c], scale, -reference));
-                        s[m][n][2 * h + c] = e;
-                        sum += e;
-                    }
-                row_sum[m][h] = row_sum[m][h] * r + sum;  // this thread's share; summed over the quad at the end
-                row_max[m][h] = mx;
+            for (int h = 0; h < 2; ++h) {
+                const float r = exp_base(row_max[m][h] * scale - reference[h]);
+                // this thread's share of the row sum; summed over the quad at the end
+                row_sum[m][h] = row_sum[m][h] * r + pair_tree<NT>(s[m], h, [](float x, float y) { return x + y; });
+                row_max[m][h] = mx[h];
 #pragma unroll
                 for (int d = 0; d < DT; ++d) {
                     o[m][d][2 * h] *= r;
@@ -194,8 +180,8 @@ struct Fused {
     }
 
     __device__ void finish(half* O, const Problem& p, unsigned char* smem) {
-        const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
 #if KV_SPLIT == 1 && BLOCK_SPLIT == 1
+        const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
 #pragma unroll
@@ -214,93 +200,12 @@ struct Fused {
         // the splits' partial rows and their (max, sum) meet in shared memory (Plan<D>'s merge region)
         float* partial = reinterpret_cast<float*>(smem + Plan<D>::bytes - Plan<D>::merge_bytes);
 #if CLUSTER == 1 && GRID_SPLIT == 1
-        // The KV_SPLIT warps sharing rows merge through their row group's named barrier alone (no
-        // block-wide barrier: the row groups finish independently). Every split but the first leaves
-        // its row maxes, its share of the row sums and its unnormalised O in shared memory in its own
-        // register order (a float4 per lane and step: conflict-free), arrives and leaves; the first
-        // split waits, loads all the others' records before it uses any, folds them into its registers
-        // with one exponential per split and row, and writes O.
-        constexpr int O_QUADS = MT * DT, RECORD = (O_QUADS + MT) * 32;  // float4s: O, then (max, max, sum, sum) per m
-        const int group = threadIdx.x / 32 % GROUPS;
-        float4* records = reinterpret_cast<float4*>(partial) + group * RECORD + lane;  // [split - 1][group][...][lane]
-        if (split > 0) {
-            float4* mine = records + (split - 1) * GROUPS * RECORD;
-#pragma unroll
-            for (int m = 0; m < MT; ++m) {
-#pragma unroll
-                for (int d = 0; d < DT; ++d) mine[(m * DT + d) * 32] = make_float4(o[m][d][0], o[m][d][1], o[m][d][2], o[m][d][3]);
-                mine[(O_QUADS + m) * 32] = make_float4(row_max[m][0], row_max[m][1], row_sum[m][0], row_sum[m][1]);
-            }
-            named_barrier_arrive(1 + group, KV_SPLIT * 32);
-            return;
-        }
-        named_barrier_sync(1 + group, KV_SPLIT * 32);
-        float4 their_stats[KV_SPLIT - 1][MT];
-#pragma unroll
-        for (int k = 0; k < KV_SPLIT - 1; ++k)
-#pragma unroll
-            for (int m = 0; m < MT; ++m) their_stats[k][m] = records[k * GROUPS * RECORD + (O_QUADS + m) * 32];
-        // each row's weights (a split that saw no key of the row, max -inf, adds nothing) and sum
-        float factor[KV_SPLIT][MT][2], inv[MT][2];
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float top = row_max[m][h];
-#pragma unroll
-                for (int k = 0; k < KV_SPLIT - 1; ++k) top = fmaxf(top, h ? their_stats[k][m].y : their_stats[k][m].x);
-                auto weight = [&](float split_max) {
-                    return split_max == -CUDART_INF_F ? 0.f : exp_base((split_max - top) * p.logit_scale);
-                };
-                factor[0][m][h] = weight(row_max[m][h]);
-                float sum = row_sum[m][h] * factor[0][m][h];
-#pragma unroll
-                for (int k = 0; k < KV_SPLIT - 1; ++k) {
-                    factor[k + 1][m][h] = weight(h ? their_stats[k][m].y : their_stats[k][m].x);
-                    sum += (h ? their_stats[k][m].w : their_stats[k][m].z) * factor[k + 1][m][h];
-                }
-                inv[m][h] = 1.f / quad_reduce_sum(sum, 4);
-#pragma unroll
-                for (int d = 0; d < DT; ++d) {
-                    o[m][d][2 * h] *= factor[0][m][h];
-                    o[m][d][2 * h + 1] *= factor[0][m][h];
-                }
-            }
-        // the other splits' O, a split's record at a time (all its loads before its adds)
-#pragma unroll
-        for (int k = 0; k < KV_SPLIT - 1; ++k) {
-            float4 their_o[MT][DT];
-#pragma unroll
-            for (int m = 0; m < MT; ++m)
-#pragma unroll
-                for (int d = 0; d < DT; ++d) their_o[m][d] = records[k * GROUPS * RECORD + (m * DT + d) * 32];
-#pragma unroll
-            for (int m = 0; m < MT; ++m)
-#pragma unroll
-                for (int d = 0; d < DT; ++d) {
-                    const float4 v = their_o[m][d];
-                    o[m][d][0] += v.x * factor[k + 1][m][0];
-                    o[m][d][1] += v.y * factor[k + 1][m][0];
-                    o[m][d][2] += v.z * factor[k + 1][m][1];
-                    o[m][d][3] += v.w * factor[k + 1][m][1];
-                }
-        }
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int query = p.q0 + row0 + m * 16 + g + 8 * h;
-                if (query < p.S) {
-#pragma unroll
-                    for (int d = 0; d < DT; ++d)
-                        *reinterpret_cast<half2*>(O + (size_t)query * D + d * 8 + 2 * tq) =
-                            __floats2half2_rn(o[m][d][2 * h] * inv[m][h], o[m][d][2 * h + 1] * inv[m][h]);
-                }
-            }
+        SplitMerge<D, MT, GROUPS>().merge(o, row_max, row_sum, partial, O, p, row0, split);
 #else
         // every split (warps sharing rows, blocks of a cluster) leaves its unnormalised O, raw row max
         // and row sum in shared memory; the rows are then merged as split-K softmax does (with
         // GRID_SPLIT > 1 into this block's record of the workspace, merged again by grid_merge)
+        const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
         constexpr int o_ld = D + 4;  // [split][row][o_ld] floats, then [split][row] (max, sum)
         float* stats = partial + align128(KV_SPLIT * BLOCK_M * o_ld * 4) / 4;
 #pragma unroll

@@ -160,8 +160,10 @@ struct Plan {
     static constexpr int q_bytes = align128(BLOCK_M * T::ld * 2);
     static constexpr int kv_bytes = align128(KV_ROWS * T::ld * 2);  // one K or V stage
     // fused path with KV_SPLIT, CLUSTER or GRID_SPLIT > 1: each split's unnormalised O, row max and row sum
+    // (rows padded to D + 4 floats, then (max, sum) a row; the in-block SplitMerge's records, O and
+    // (max, max, sum, sum) a lane per 16 rows, take KV_SPLIT * BLOCK_M * (D + 8) floats of it)
     static constexpr int merge_bytes = SOFTMAX == 1 && (KV_SPLIT > 1 || BLOCK_SPLIT > 1)
-        ? align128(KV_SPLIT * BLOCK_M * (D + 4) * 4) + align128(2 * KV_SPLIT * BLOCK_M * 4) : 0;
+        ? align128(KV_SPLIT * BLOCK_M * (D + 4) * 4) + align128(4 * KV_SPLIT * BLOCK_M * 4) : 0;
     static constexpr int s_bytes = SOFTMAX == 0 ? align128(BLOCK_M * s_ld * 4) : 0;
     static constexpr int p_bytes = SOFTMAX == 0 && PV != 0 ? align128(BLOCK_M * p_ld * 2) : 0;
     static constexpr int o_bytes = SOFTMAX == 0 && PV == 1 ? align128(BLOCK_M * o_ld * 4) : 0;

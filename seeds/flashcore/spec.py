@@ -1,7 +1,7 @@
 """FlashCore: fp16 attention forward on the H100, from a scalar baseline towards FlashAttention.
 
-One CUDA translation unit (seeds/_hopper.cuh, flashcore_parts.cuh, _materialised.cuh, _fused.cuh, flashcore.cu) whose knobs walk the steps a kernel engineer
-takes by hand: scalar FMA -> WMMA -> mma.sync + ldmatrix for Q K^T and for P V, the S/P tile
+One CUDA translation unit (seeds/_hopper.cuh, flashcore_parts.cuh, _materialised.cuh, _merge.cuh, _fused.cuh,
+flashcore.cu) whose knobs walk the steps a kernel engineer takes by hand: scalar FMA -> WMMA -> mma.sync + ldmatrix for Q K^T and for P V, the S/P tile
 materialised in shared memory -> the fused online softmax in registers, serial -> shuffle row
 reductions, plain loads -> cp.async pipelines, plain -> padded -> swizzled shared memory, exp2 with
 the scale folded in, Q kept in registers. Both head dimensions are compiled into one cubin (entry
@@ -21,7 +21,8 @@ from seeds._family import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, T
 
 HERE = Path(__file__).parent
 SOURCES = (HERE.parent / "_hopper.cuh",) + tuple(HERE / name for name in (
-    "flashcore_parts.cuh", "flashcore_materialised.cuh", "flashcore_fused.cuh", "flashcore.cu"))
+    "flashcore_parts.cuh", "flashcore_materialised.cuh", "flashcore_merge.cuh", "flashcore_fused.cuh",
+    "flashcore.cu"))
 HEAD_DIMS = (64, 128)
 SMEM_LIMIT = 227 * 1024
 MAX_ACCUMULATORS = 64  # fp32 O accumulators a thread keeps in registers on the materialised path
@@ -63,7 +64,7 @@ def shared_bytes(g, head_dim: int) -> int:
     if kv_share(g, head_dim) > 1:
         total += _align128(3 * STAGES[g["kv_loads"]] * 8)  # full K, full V and empty mbarriers a stage
     if split > 1 or g["cluster_kv_split"] > 1 or g["grid_kv_split"] > 1:
-        total += _align128(split * bm * (head_dim + 4) * 4) + _align128(2 * split * bm * 4)
+        total += _align128(split * bm * (head_dim + 4) * 4) + _align128(4 * split * bm * 4)
     if g["softmax"] == "smem":
         total += _align128(bm * (bn + 4) * 4) + _align128(3 * bm * 4)
         if g["pv"] != "scalar":
