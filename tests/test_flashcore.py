@@ -21,6 +21,10 @@ SHARED_STAGES = FA2_LIKE.replace(block_m=32, warps_d64=8, block_n_d128=32, warps
 # the mission-shape design point whose keys are split over 2 blocks of the grid (merged through a
 # global workspace by the last block to finish): 64 query rows, 8 warps = 4 row groups x 2 key splits
 GRID_SPLIT = FA2_LIKE.replace(warps_d64=8, warps_d128=8, kv_split=2, grid_kv_split=2)
+# the mission design point: 32 query rows, 4 warps = 2 row groups x 2 key splits of 128-key tiles,
+# 3 cp.async stages; and the same with its stages announced on mbarriers (warps run free)
+MISSION = FA2_LIKE.replace(block_m=32, block_n_d64=128, block_n_d128=32, kv_split=2, kv_loads="cp_async3")
+ANNOUNCED = MISSION.replace(stage_wait="mbarrier")
 
 
 def test_covering_sample_covers_every_value():
@@ -39,7 +43,7 @@ def test_unsupported_head_dimension_is_rejected_clearly():
 def test_every_knob_value_compiles_and_the_design_points_pass_the_screen(cache_dir):
     builder = Builder(BuildConfig(cache_dir))
     for genome in [FAMILY.seed_genomes[0], FA2_LIKE, LARGE_TILES, FA2_LIKE.replace(block_m=16, kv_split=4),
-                   SHARED_STAGES, GRID_SPLIT]:
+                   SHARED_STAGES, GRID_SPLIT, MISSION, ANNOUNCED]:
         recipe = FAMILY.build_recipe(genome)
         result = screen(builder.build(genome.id, recipe), recipe.output, FAMILY.screen_limits)
         assert result.status is Status.OK, f"{genome}: {result.message}"
@@ -72,6 +76,11 @@ def test_constraints_exclude_what_the_kernel_cannot_build():
     assert not space.is_valid(FAMILY.seed_genomes[0].replace(grid_kv_split=2))  # fused path only
     assert not space.is_valid(GRID_SPLIT.replace(cluster_kv_split=2))  # split over the grid or a cluster
     assert not space.is_valid(SHARED_STAGES.replace(grid_kv_split=2))
+    assert space.is_valid(MISSION) and space.is_valid(ANNOUNCED)
+    assert space.is_valid(GRID_SPLIT.replace(stage_wait="mbarrier"))
+    assert not space.is_valid(FAMILY.seed_genomes[0].replace(stage_wait="mbarrier"))  # fused path only
+    assert not space.is_valid(ANNOUNCED.replace(kv_loads="plain"))  # a cp.async pipeline
+    assert not space.is_valid(SHARED_STAGES.replace(stage_wait="mbarrier"))  # the TMA stages have their own
 
 
 def test_shared_stages_launch_whole_clusters_at_d64_only():
@@ -96,9 +105,16 @@ def test_grid_split_launches_its_blocks_and_sizes_its_workspace():
     assert shared_bytes(one, 64) > shared_bytes(one.replace(grid_kv_split=1), 64)
 
 
-def test_runs_stored_before_the_cluster_and_grid_knobs_read_as_without_them():
-    stored = {k: v for k, v in FA2_LIKE.as_dict().items() if k not in ("kv_share_d64", "grid_kv_split")}
+def test_runs_stored_before_the_cluster_grid_and_stage_wait_knobs_read_as_without_them():
+    stored = {k: v for k, v in FA2_LIKE.as_dict().items() if k not in ("kv_share_d64", "grid_kv_split", "stage_wait")}
     assert FAMILY.space.genome(stored) == FA2_LIKE
+
+
+def test_announced_stages_carve_out_their_barriers():
+    from seeds.flashcore.spec import shared_bytes
+
+    for d in (64, 128):  # full K, full V and empty mbarriers of 3 stages: 72 bytes, one 128-byte region
+        assert shared_bytes(ANNOUNCED, d) == shared_bytes(MISSION, d) + 128
 
 
 @pytest.mark.gpu
@@ -107,7 +123,8 @@ def test_sampled_genomes_are_correct_on_every_shape(tmp_path):
     evaluator = Evaluator(FAMILY, EvalConfig(trials=2), tmp_path / "loaded")
     verified = 0
     for genome in [FAMILY.seed_genomes[0], FA2_LIKE, LARGE_TILES, SHARED_STAGES, GRID_SPLIT,
-                   GRID_SPLIT.replace(grid_kv_split=4), *covering_sample(FAMILY.space, seed=1)]:
+                   GRID_SPLIT.replace(grid_kv_split=4), MISSION, ANNOUNCED, GRID_SPLIT.replace(stage_wait="mbarrier"),
+                   *covering_sample(FAMILY.space, seed=1)]:
         recipe = FAMILY.build_recipe(genome)
         build = builder.build(genome.id, recipe)
         result = evaluator.evaluate(genome, build, screen(build, recipe.output, FAMILY.screen_limits))

@@ -29,6 +29,9 @@
 //                   takes every GRID_SPLIT-th K/V stage and leaves its merged partial rows (O, max,
 //                   sum) in a global workspace; the last of them to finish (a ticket counter per query
 //                   block) merges them all and writes O
+//   STAGE_WAIT      fused path, STAGES > 1: 0 each thread waits for its copies and the block meets at
+//                   a barrier per stage; 1 every stage is announced on mbarriers (cp.async.mbarrier.arrive)
+//                   and each warp waits for it alone, marking it empty when done: warps run free
 //   KV_SHARE_D64    D = 64 kernel, fused path, STAGES > 1: this many blocks of a thread-block cluster
 //                   (consecutive query blocks of one head) share every K/V stage; each brings in
 //                   1 / KV_SHARE of its rows with a TMA copy multicast to the whole cluster, on
@@ -128,6 +131,91 @@ __device__ void shared_stage_loop(Engine& engine, unsigned char* smem, const hal
     }
 }
 
+#if STAGE_WAIT == 1 && STAGES > 1
+// K/V stages announced on mbarriers (STAGE_WAIT 1): every thread's cp.async copies of a stage end
+// in an arrival on the stage's full barrier (cp.async.mbarrier.arrive: when they have landed), so a
+// warp waits for the stage alone instead of the whole block at a barrier, and marks it empty when
+// done; warps run free.
+template <int D>
+struct AnnouncedStages {
+    static constexpr int kv_tile = Plan<D>::kv_bytes / 2;
+    uint64_t* full_k;
+    uint64_t* full_v;
+    uint64_t* empty;
+
+    __device__ explicit AnnouncedStages(unsigned char* smem) {
+        using P_ = Plan<D>;
+        full_k = reinterpret_cast<uint64_t*>(smem + P_::bytes - P_::merge_bytes - P_::barrier_bytes);
+        full_v = full_k + STAGES;
+        empty = full_v + STAGES;
+        if (threadIdx.x == 0) {
+            for (int b = 0; b < STAGES; ++b) {
+                barrier_init(full_k + b, THREADS);
+                barrier_init(full_v + b, THREADS);
+                barrier_init(empty + b, WARPS);
+            }
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        __syncthreads();  // the barriers exist before any copy arrives on them
+    }
+
+    // this thread's copies of tile t (keys from key0) into stage t % STAGES, once every warp is done
+    // with the tile it held; two cp.async groups as in the block-barrier loop (the Q wait counts them)
+    __device__ void issue(int t, int key0, const Problem& p, half* Ks, half* Vs) {
+        const int b = t % STAGES;
+        if (t >= STAGES) barrier_wait(empty + b, (t / STAGES - 1) & 1);
+        copy_rows_async<D, KV_ROWS>(Ks + b * kv_tile, p.K + (size_t)key0 * D, p.S - key0, p.K);
+        cp_async_arrive(full_k + b);
+        cp_async_commit();
+        copy_rows_async<D, KV_ROWS>(Vs + b * kv_tile, p.V + (size_t)key0 * D, p.S - key0, p.V);
+        cp_async_arrive(full_v + b);
+        cp_async_commit();
+    }
+
+    __device__ void wait_k(int t) { barrier_wait(full_k + t % STAGES, (t / STAGES) & 1); }
+    __device__ void wait_v(int t) { barrier_wait(full_v + t % STAGES, (t / STAGES) & 1); }
+
+    // every warp, done with tile t: one arrival if a later tile refills the stage
+    __device__ void release(int t, int tiles) {
+        if (t + STAGES >= tiles) return;
+        __syncwarp();
+        if (threadIdx.x % 32 == 0) barrier_arrive(empty + t % STAGES);
+    }
+};
+
+// the keys of this block's tile t start at first_key(t) (a cluster or grid split takes every
+// BLOCK_SPLIT-th tile)
+template <int D, typename Engine, typename FirstKey>
+__device__ void announced_stage_loop(Engine& engine, unsigned char* smem, const half* Qs, half* Ks, half* Vs,
+                                     const Problem& p, int tiles, FirstKey first_key) {
+    constexpr int kv_tile = Plan<D>::kv_bytes / 2;
+    AnnouncedStages<D> stages(smem);
+    for (int t = 0; t < STAGES - 1; ++t) {
+        if (t < tiles) {
+            stages.issue(t, first_key(t), p, Ks, Vs);
+        } else {
+            cp_async_commit();
+            cp_async_commit();
+        }
+    }
+    engine.init(smem, Qs);  // with Q in registers it waits for the Q group
+    if (!Q_REGS) {
+        cp_async_wait<2 * (STAGES - 1)>();  // the Q group
+        __syncthreads();
+    }
+#pragma unroll 1
+    for (int t = 0; t < tiles; ++t) {
+        const int next = t + STAGES - 1;
+        if (next < tiles) stages.issue(next, first_key(next), p, Ks, Vs);
+        stages.wait_k(t);
+        engine.score(Ks + (t % STAGES) * kv_tile, p, first_key(t));
+        stages.wait_v(t);
+        engine.accumulate(Vs + (t % STAGES) * kv_tile);
+        stages.release(t, tiles);
+    }
+}
+#endif
+
 template <int D>
 __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K, const half* __restrict__ V,
                           half* __restrict__ O, int S, int causal, float scale, const TensorMap* k_map,
@@ -177,6 +265,11 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
         cluster_sync();  // no block leaves while copies it issued may still be landing in the others
         return;
     }
+#if STAGE_WAIT == 1 && STAGES > 1
+    announced_stage_loop<D>(engine, smem, Qs, Ks, Vs, p, tiles, first_key);
+    engine.finish(O + head, p, smem);
+    return;
+#endif
     // K and V of a stage are separate cp.async groups: Q K^T and the softmax run while V lands
 #if STAGES > 1
 #pragma unroll

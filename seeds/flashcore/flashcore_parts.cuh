@@ -5,6 +5,7 @@
 #include <mma.h>
 #include <stdint.h>
 
+
 // Each head dimension has its own key tile and warp count (the build passes BLOCK_N_D64, WARPS_D64,
 // BLOCK_N_D128, WARPS_D128). These names read the template parameter D of the function or struct
 // they appear in, so they are only usable inside code templated on the head dimension.
@@ -128,6 +129,12 @@ __device__ __forceinline__ void ldsm_x2_trans(uint32_t* r, const half* p) {
                  : "r"(smem_address(p)));
 }
 
+// an arrival on mbarrier `bar` once this thread's cp.async copies so far have landed (the barrier
+// counts it among its expected arrivals: .noinc)
+__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_address(bar)) : "memory");
+}
+
 // named barrier `id` (1..15; 0 is __syncthreads) of `threads` threads: arrive without waiting
 // (this thread's earlier shared-memory writes are visible to those that sync on it), or wait there
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
@@ -169,7 +176,7 @@ struct Plan {
     static constexpr int o_bytes = SOFTMAX == 0 && PV == 1 ? align128(BLOCK_M * o_ld * 4) : 0;
     static constexpr int stat_bytes = SOFTMAX == 0 ? align128(3 * BLOCK_M * 4) : 0;
     // K/V shared across a cluster: full (K), full (V) and empty mbarriers of every stage
-    static constexpr int barrier_bytes = KV_SHARE > 1 ? align128(3 * STAGES * 8) : 0;
+    static constexpr int barrier_bytes = KV_SHARE > 1 || (STAGE_WAIT == 1 && SOFTMAX == 1 && STAGES > 1) ? align128(3 * STAGES * 8) : 0;
     static constexpr int bytes = q_bytes + 2 * STAGES * kv_bytes + s_bytes + p_bytes + o_bytes + stat_bytes +
                                  barrier_bytes + merge_bytes;
 };

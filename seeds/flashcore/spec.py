@@ -61,7 +61,7 @@ def shared_bytes(g, head_dim: int) -> int:
     ld = head_dim + (8 if g["layout"] == "padded" else 0)
     split = g["kv_split"]
     total = _align128(bm * ld * 2) + 2 * STAGES[g["kv_loads"]] * _align128(kv_rows(g, head_dim) * ld * 2)
-    if kv_share(g, head_dim) > 1:
+    if kv_share(g, head_dim) > 1 or g["stage_wait"] == "mbarrier":
         total += _align128(3 * STAGES[g["kv_loads"]] * 8)  # full K, full V and empty mbarriers a stage
     if split > 1 or g["cluster_kv_split"] > 1 or g["grid_kv_split"] > 1:
         total += _align128(split * bm * (head_dim + 4) * 4) + _align128(4 * split * bm * 4)
@@ -146,6 +146,11 @@ SPACE = Space(
                    description="fused path, no cluster: blocks of the grid sharing query rows, each on every n-th "
                                "K/V stage; each leaves its partial rows in a global workspace and the last to "
                                "finish merges them"),
+        Choice("stage_wait", ("block_barrier", "mbarrier"),
+               description="fused path, cp.async stages: each thread waits for its own copies and the block meets "
+                           "at a barrier per stage | every thread's copies of a stage end in an arrival on the "
+                           "stage's mbarrier (cp.async.mbarrier.arrive), each warp waits for the stage alone and "
+                           "marks it empty when done: warps run free"),
         PowerOfTwo("kv_share_d64", 1, 4,
                    description="D = 64 kernel, fused path: blocks of a thread-block cluster (consecutive query blocks "
                                "of one head) sharing every K/V stage, each bringing in 1/n of its rows by a TMA copy "
@@ -202,6 +207,13 @@ SPACE = Space(
             "not padded) and no cluster key split (cluster_kv_split = 1: one cluster dimension)",
         ),
         Constraint(
+            "mbarrier_stages_need_fused_pipeline",
+            lambda g: _implies(g["stage_wait"] == "mbarrier", g["softmax"] == "registers" and g["kv_loads"] != "plain"
+                               and g["kv_share_d64"] == 1),
+            "stages announced on mbarriers (stage_wait = mbarrier) need the fused path, a cp.async pipeline "
+            "(kv_loads != plain) and no cluster sharing the stages (kv_share_d64 = 1: its TMA stages have their own)",
+        ),
+        Constraint(
             "register_softmax_reduces_by_shuffle",
             lambda g: _implies(g["softmax"] == "registers", g["reduce"] == "shuffle"),
             "softmax in registers always reduces rows with quad shuffles (reduce = shuffle)",
@@ -218,12 +230,13 @@ SPACE = Space(
         ),
     ],
     # runs stored before these knobs existed built what their value 1 builds
-    added_later={"kv_share_d64": 1, "grid_kv_split": 1},
+    added_later={"kv_share_d64": 1, "grid_kv_split": 1, "stage_wait": "block_barrier"},
 )
 
 SEED = SPACE.genome(dict(block_m=16, block_n_d64=64, warps_d64=4, block_n_d128=64, warps_d128=4, qk="scalar",
                          pv="scalar", softmax="smem", reduce="serial", exp2=False, layout="plain", kv_loads="plain",
-                         q_in_registers=False, kv_split=1, cluster_kv_split=1, grid_kv_split=1, kv_share_d64=1))
+                         q_in_registers=False, kv_split=1, cluster_kv_split=1, grid_kv_split=1, kv_share_d64=1,
+                         stage_wait="block_barrier"))
 
 
 def attention_shape(name: str, b: int, h: int, s: int, d: int, *, causal: bool = False, mission: bool = False):
@@ -258,6 +271,7 @@ class FlashCore(KernelFamily):
                       LAYOUT=("plain", "padded", "swizzled").index(g["layout"]), STAGES=STAGES[g["kv_loads"]],
                       Q_REGS=int(g["q_in_registers"]), KV_SPLIT=g["kv_split"], CLUSTER=g["cluster_kv_split"],
                       GRID_SPLIT=g["grid_kv_split"], KV_SHARE_D64=g["kv_share_d64"],
+                      STAGE_WAIT=int(g["stage_wait"] == "mbarrier"),
                       **{f"{name.upper()}_D{d}": g[f"{name}_d{d}"] for name in ("block_n", "warps") for d in HEAD_DIMS})
         flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
             f"-D{k}={v}" for k, v in sorted(macros.items()))
