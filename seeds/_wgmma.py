@@ -7,9 +7,10 @@ OPERAND_TYPES = ("bf16", "f16")
 A_SOURCES = ("shared", "registers")
 
 
-def wgmma_wrapper(name: str, n: int, operand_type: str, a_source: str = "shared") -> str:
+def wgmma_wrapper(name: str, n: int, operand_type: str, a_source: str = "shared", *, b_mn_major: bool = False) -> str:
     """CUDA source of ``name(d, a, b, accumulate = true)``: wgmma m64{n}k16, ``operand_type`` x
-    ``operand_type`` -> fp32, B from shared memory (a K-major descriptor b), A either from shared
+    ``operand_type`` -> fp32, B from shared memory (a K-major descriptor b; with ``b_mn_major`` an
+    N-major one, the instruction's transpose-B immediate set), A either from shared
     memory too (a K-major descriptor, ``uint64_t a``) or from registers (``a_source = "registers"``:
     the warp's 16 x 16 fragment in mma.sync's A layout, ``const uint32_t (&a)[4]``);
     D = A B + D, or D = A B when ``accumulate`` is false."""
@@ -22,14 +23,15 @@ def wgmma_wrapper(name: str, n: int, operand_type: str, a_source: str = "shared"
     count = n // 2
     outputs = ", ".join(f"%{i}" for i in range(count))
     constraints = ", ".join(f'"+f"(d[{i}])' for i in range(count))
+    trans_b = int(b_mn_major)
     if a_source == "shared":
-        a_param, a_operand, a_inputs, flags = "uint64_t a", f"%{count}", '"l"(a)', "1, 1, 0, 0"
+        a_param, a_operand, a_inputs, flags = "uint64_t a", f"%{count}", '"l"(a)', f"1, 1, 0, {trans_b}"
         b_index = count + 1
     else:  # registers: no transpose immediate for A
         a_param = "const uint32_t (&a)[4]"
         a_operand = "{" + ", ".join(f"%{count + i}" for i in range(4)) + "}"
         a_inputs = ", ".join(f'"r"(a[{i}])' for i in range(4))
-        flags, b_index = "1, 1, 0", count + 4
+        flags, b_index = f"1, 1, {trans_b}", count + 4
     return (f"__device__ __forceinline__ void {name}(float (&d)[{count}], {a_param}, uint64_t b, bool accumulate = true) {{\n"
             f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{b_index + 1}, 0;\\n"\n'
             f'                 "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{operand_type}.{operand_type} {{{outputs}}}, '

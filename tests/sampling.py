@@ -13,7 +13,7 @@ def covering_sample(space: Space, seed: int = 0) -> list[Genome]:
         for value in knob.values:
             if any(g[knob.name] == value and type(g[knob.name]) is type(value) for g in chosen.values()):
                 continue
-            for _ in range(20000):
+            for _ in range(200000):
                 candidate = Genome.from_mapping({k.name: rng.choice(k.values) for k in space.knobs}).replace(**{knob.name: value})
                 if space.is_valid(candidate):
                     break

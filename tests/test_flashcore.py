@@ -25,6 +25,10 @@ GRID_SPLIT = FA2_LIKE.replace(warps_d64=8, warps_d128=8, kv_split=2, grid_kv_spl
 # 3 cp.async stages; and the same with its stages announced on mbarriers (warps run free)
 MISSION = FA2_LIKE.replace(block_m=32, block_n_d64=128, block_n_d128=32, kv_split=2, kv_loads="cp_async3")
 ANNOUNCED = MISSION.replace(stage_wait="mbarrier")
+# wgmma at D = 64: two warpgroups (key splits) of 64 rows over the mission's 32 query rows (half of
+# each is padding); and one warpgroup on 64 query rows, the large-shape design point
+WGMMA_PADDED = MISSION.replace(wgmma_d64=True, warps_d64=8)
+WGMMA_ROWS = FA2_LIKE.replace(block_n_d64=128, wgmma_d64=True, kv_loads="cp_async3", block_n_d128=32, warps_d128=4)
 
 
 def test_covering_sample_covers_every_value():
@@ -43,7 +47,8 @@ def test_unsupported_head_dimension_is_rejected_clearly():
 def test_every_knob_value_compiles_and_the_design_points_pass_the_screen(cache_dir):
     builder = Builder(BuildConfig(cache_dir))
     for genome in [FAMILY.seed_genomes[0], FA2_LIKE, LARGE_TILES, FA2_LIKE.replace(block_m=16, kv_split=4),
-                   SHARED_STAGES, GRID_SPLIT, MISSION, ANNOUNCED]:
+                   SHARED_STAGES, GRID_SPLIT, MISSION, ANNOUNCED, WGMMA_PADDED, WGMMA_ROWS,
+                   WGMMA_ROWS.replace(block_n_d64=64), WGMMA_PADDED.replace(kv_loads="plain")]:
         recipe = FAMILY.build_recipe(genome)
         result = screen(builder.build(genome.id, recipe), recipe.output, FAMILY.screen_limits)
         assert result.status is Status.OK, f"{genome}: {result.message}"
@@ -81,6 +86,12 @@ def test_constraints_exclude_what_the_kernel_cannot_build():
     assert not space.is_valid(FAMILY.seed_genomes[0].replace(stage_wait="mbarrier"))  # fused path only
     assert not space.is_valid(ANNOUNCED.replace(kv_loads="plain"))  # a cp.async pipeline
     assert not space.is_valid(SHARED_STAGES.replace(stage_wait="mbarrier"))  # the TMA stages have their own
+    assert space.is_valid(WGMMA_PADDED) and space.is_valid(WGMMA_ROWS)
+    assert not space.is_valid(WGMMA_PADDED.replace(warps_d64=4))  # a warpgroup per key split
+    assert not space.is_valid(WGMMA_ROWS.replace(block_m=128, warps_d128=8))  # a warpgroup covers <= 64 rows
+    assert not space.is_valid(WGMMA_PADDED.replace(layout="padded"))  # wgmma reads the 128-byte swizzle
+    assert not space.is_valid(WGMMA_PADDED.replace(stage_wait="mbarrier"))  # its stages are fenced before a barrier
+    assert not space.is_valid(GRID_SPLIT.replace(wgmma_d64=True))
 
 
 def test_shared_stages_launch_whole_clusters_at_d64_only():
@@ -106,7 +117,8 @@ def test_grid_split_launches_its_blocks_and_sizes_its_workspace():
 
 
 def test_runs_stored_before_the_cluster_grid_and_stage_wait_knobs_read_as_without_them():
-    stored = {k: v for k, v in FA2_LIKE.as_dict().items() if k not in ("kv_share_d64", "grid_kv_split", "stage_wait")}
+    later = ("kv_share_d64", "grid_kv_split", "stage_wait", "wgmma_d64")
+    stored = {k: v for k, v in FA2_LIKE.as_dict().items() if k not in later}
     assert FAMILY.space.genome(stored) == FA2_LIKE
 
 
@@ -124,7 +136,7 @@ def test_sampled_genomes_are_correct_on_every_shape(tmp_path):
     verified = 0
     for genome in [FAMILY.seed_genomes[0], FA2_LIKE, LARGE_TILES, SHARED_STAGES, GRID_SPLIT,
                    GRID_SPLIT.replace(grid_kv_split=4), MISSION, ANNOUNCED, GRID_SPLIT.replace(stage_wait="mbarrier"),
-                   *covering_sample(FAMILY.space, seed=1)]:
+                   WGMMA_PADDED, WGMMA_ROWS, WGMMA_ROWS.replace(block_n_d64=64), *covering_sample(FAMILY.space, seed=1)]:
         recipe = FAMILY.build_recipe(genome)
         build = builder.build(genome.id, recipe)
         result = evaluator.evaluate(genome, build, screen(build, recipe.output, FAMILY.screen_limits))

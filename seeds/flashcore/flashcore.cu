@@ -32,6 +32,8 @@
 //   STAGE_WAIT      fused path, STAGES > 1: 0 each thread waits for its copies and the block meets at
 //                   a barrier per stage; 1 every stage is announced on mbarriers (cp.async.mbarrier.arrive)
 //                   and each warp waits for it alone, marking it empty when done: warps run free
+//   WGMMA_D64       D = 64 kernel, fused path: Q K^T and P V by wgmma, a warpgroup per key split over
+//                   64 rows (the block's BLOCK_M and padding), K and V read from the stages
 //   KV_SHARE_D64    D = 64 kernel, fused path, STAGES > 1: this many blocks of a thread-block cluster
 //                   (consecutive query blocks of one head) share every K/V stage; each brings in
 //                   1 / KV_SHARE of its rows with a TMA copy multicast to the whole cluster, on
@@ -270,7 +272,10 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
     engine.finish(O + head, p, smem);
     return;
 #endif
-    // K and V of a stage are separate cp.async groups: Q K^T and the softmax run while V lands
+    // K and V of a stage are separate cp.async groups: Q K^T and the softmax run while V lands.
+    // Tiles that wgmma reads (the async proxy) are fenced by each thread that wrote them (the generic
+    // proxy: ordinary and cp.async stores) before the barrier that publishes them
+    constexpr bool read_by_wgmma = D == 64 && WGMMA_D64;
 #if STAGES > 1
 #pragma unroll
     for (int t = 0; t < STAGES - 1; ++t) {
@@ -288,12 +293,14 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
         __syncthreads();  // everyone is done with the previous tile
         load_rows<D>(Ks, p.K + (size_t)kv0 * D, min(KV_ROWS, S - kv0), KV_ROWS);
         load_rows<D>(Vs, p.V + (size_t)kv0 * D, min(KV_ROWS, S - kv0), KV_ROWS);
+        if (read_by_wgmma) fence_proxy_async();
         __syncthreads();
         engine.score(Ks, p, kv0);
         __syncthreads();
         engine.accumulate(Vs);
 #else
         cp_async_wait<2 * STAGES - 3>();  // K of stage t has landed (its V and later stages may not have)
+        if (read_by_wgmma) fence_proxy_async();
         __syncthreads();  // ... for every thread; and every warp is done with stage t - 1, whose buffers refill now
         const int next = t + STAGES - 1, buffer = next % STAGES;
         if (next < tiles) copy_rows_async<D, KV_ROWS>(Ks + buffer * kv_tile, p.K + (size_t)first_key(next) * D, S - first_key(next), p.K);
@@ -302,6 +309,7 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
         cp_async_commit();
         engine.score(Ks + (t % STAGES) * kv_tile, p, kv0);
         cp_async_wait<2 * STAGES - 2>();  // V of stage t has landed
+        if (read_by_wgmma) fence_proxy_async();
         __syncthreads();
         engine.accumulate(Vs + (t % STAGES) * kv_tile);
 #endif

@@ -6,6 +6,11 @@
 // row statistics are reduced within the quad of threads that shares a row. With KV_SPLIT > 1,
 // KV_SPLIT warps own the same rows, each taking its BLOCK_N slice of every K/V stage, and the
 // block merges their (max, sum, O) at the end as split-K softmax does.
+// With WGMMA_D64 the D = 64 kernel multiplies by wgmma instead (WG below): a warpgroup per key
+// split, its 64 rows the block's BLOCK_M query rows and padding; Q and P are wgmma's A operand from
+// registers (mma.sync's A fragments), K and V its B operand read by the tensor cores straight from
+// the swizzled stages (K K-major, V N-major). A warp whose 16 rows are padding takes part in the
+// wgmma and nothing else; the others are placed so that each scheduler has work.
 // ---------------------------------------------------------------------------------------------
 // op over the 2 * N values of row half h in a thread's S fragments (N a power of two), as a tree
 template <int N, typename Op>
@@ -23,23 +28,32 @@ __device__ __forceinline__ float pair_tree(const float (&s)[N][4], int h, Op op)
 template <int D>
 struct Fused {
     using T = Tile<D>;
-    static constexpr int GROUPS = WARPS / KV_SPLIT;  // warps along the query rows
-    static constexpr int ROWS = BLOCK_M / GROUPS, MT = ROWS / 16, NT = BLOCK_N / 8, DT = D / 8;
+    static constexpr bool WG = D == 64 && WGMMA_D64;  // wgmma, a warpgroup of 64 rows per key split
+    static constexpr int GROUPS = WG ? 4 : WARPS / KV_SPLIT;  // warps along the query rows (WG: row slots)
+    static constexpr int ROWS = WG ? 16 : BLOCK_M / GROUPS, MT = ROWS / 16, NT = BLOCK_N / 8, DT = D / 8;
+    static constexpr int ROW_GROUPS = BLOCK_M / ROWS;  // the warps of a split holding real rows
     static_assert(WARPS % KV_SPLIT == 0, "KV_SPLIT must divide WARPS");
     static_assert(ROWS % 16 == 0, "the fused path needs 16 query rows per warp (BLOCK_M % (16 * WARPS / KV_SPLIT) == 0)");
+    static_assert(!WG || (WARPS == 4 * KV_SPLIT && BLOCK_M <= 64 && LAYOUT == 2),
+                  "wgmma: a warpgroup per key split, at most 64 rows, swizzled stages");
     float o[MT][DT][4];
     float s[MT][NT][4];  // the current tile's scores, then probabilities
     float row_max[MT][2], row_sum[MT][2];
 #if Q_REGS
-    uint32_t q[MT][D / 16][4];
+    uint32_t q[MT][D / 16][4];  // (not with wgmma: see score)
 #endif
     const half* Qs;
     int row0, split;
+    bool real;  // this warp's rows are query rows (WG: not padding)
 
-    __device__ void init(unsigned char*, const half* q_tile) {
+    __device__ void init(unsigned char* smem, const half* q_tile) {
         Qs = q_tile;
-        row0 = (threadIdx.x / 32 % GROUPS) * ROWS;
         split = threadIdx.x / 32 / GROUPS;
+        // WG: split s puts its real row blocks at slots s * ROW_GROUPS, ... (mod 4): every scheduler gets some
+        const int slot = threadIdx.x / 32 % GROUPS;
+        row0 = (WG ? (slot + 4 - split * ROW_GROUPS % 4) % 4 : slot) * ROWS;
+        real = row0 < BLOCK_M;
+        if (WG && threadIdx.x == 0 && smem_address(smem) % 1024 != 0) __trap();  // the 128-byte swizzle's period
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
 #pragma unroll
@@ -62,7 +76,8 @@ struct Fused {
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
-            for (int k = 0; k < D / 16; ++k) load_a<D>(q[m][k], Qs, row0 + m * 16, k * 16);
+            for (int k = 0; k < D / 16; ++k)
+                if (!WG) load_a<D>(q[m][k], Qs, row0 + m * 16, k * 16);
 #endif
     }
 
@@ -84,6 +99,26 @@ struct Fused {
         Ks += split * BLOCK_N * T::ld;  // this warp's slice of the stage (a multiple of 8 rows: same swizzle)
         kv0 += split * BLOCK_N;
         const int lane = threadIdx.x % 32;
+#if WGMMA_D64
+        if constexpr (WG) {
+            // Q's fragments from shared memory every tile: kept in registers across the tiles, ptxas
+            // 12.x/13.0 has been seen to hand them to later instructions after the first wgmma read them
+            uint32_t qa[D / 16][4];
+#pragma unroll
+            for (int k = 0; k < D / 16; ++k) load_a<D>(qa[k], Qs, row0 % BLOCK_M, k * 16);  // padding: a copy
+            float(&scores)[NT * 4] = reinterpret_cast<float(&)[NT * 4]>(s);
+            const uint64_t keys = descriptor(Ks);
+            wgmma_fence();
+#pragma unroll
+            for (int k = 0; k < D / 16; ++k) wgmma_qk(scores, qa[k], keys + k * 2, k > 0);  // 32 bytes a k-step
+            wgmma_commit();
+            wgmma_wait<0>();
+            pin_registers(scores);
+            pin_registers(reinterpret_cast<uint32_t(&)[D / 4]>(qa));
+            if (!real) return;  // padding rows: no softmax
+        } else
+#endif
+        {
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -112,6 +147,7 @@ struct Fused {
                     mma16816(s[m][n + 1], a[m], b[2], b[3]);
                 }
             }
+        }
         }
         // mask where the tile crosses S or the diagonal, online softmax per row; the row max is kept
         // in raw dot products and the scale applied inside one FFMA per score: s * scale - max * scale
@@ -156,6 +192,30 @@ struct Fused {
     __device__ void accumulate(const half* Vs) {
         Vs += split * BLOCK_N * T::ld;
         const int lane = threadIdx.x % 32;
+#if WGMMA_D64
+        if constexpr (WG) {  // P (padding rows: whatever their scores were) times V, 16 keys a wgmma
+            uint32_t a[BLOCK_N / 16][4];
+#pragma unroll
+            for (int k = 0; k < BLOCK_N / 16; ++k) {
+                a[k][0] = pack_half2(s[0][2 * k][0], s[0][2 * k][1]);
+                a[k][1] = pack_half2(s[0][2 * k][2], s[0][2 * k][3]);
+                a[k][2] = pack_half2(s[0][2 * k + 1][0], s[0][2 * k + 1][1]);
+                a[k][3] = pack_half2(s[0][2 * k + 1][2], s[0][2 * k + 1][3]);
+            }
+            float(&out)[DT * 4] = reinterpret_cast<float(&)[DT * 4]>(o);
+            // V's rows of 128 bytes as an N-major operand: one swizzle atom wide (N = D = 64), so the
+            // K-major descriptor's fields (8-row groups 1024 bytes apart) describe it as well
+            const uint64_t values = descriptor(Vs);
+            wgmma_fence();  // O was rescaled, and P written, by ordinary instructions
+#pragma unroll
+            for (int k = 0; k < BLOCK_N / 16; ++k) wgmma_pv(out, a[k], values + k * (2048 >> 4));  // 16 rows of 128 bytes
+            wgmma_commit();
+            wgmma_wait<0>();
+            pin_registers(out);
+            pin_registers(reinterpret_cast<uint32_t(&)[BLOCK_N / 4]>(a));
+        } else
+#endif
+        {
 #pragma unroll
         for (int k = 0; k < BLOCK_N / 16; ++k) {
             uint32_t a[MT][4];
@@ -177,9 +237,11 @@ struct Fused {
                 }
             }
         }
+        }
     }
 
     __device__ void finish(half* O, const Problem& p, unsigned char* smem) {
+        if (!real) return;  // WG: padding rows
 #if KV_SPLIT == 1 && BLOCK_SPLIT == 1
         const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
 #pragma unroll
@@ -200,7 +262,7 @@ struct Fused {
         // the splits' partial rows and their (max, sum) meet in shared memory (Plan<D>'s merge region)
         float* partial = reinterpret_cast<float*>(smem + Plan<D>::bytes - Plan<D>::merge_bytes);
 #if CLUSTER == 1 && GRID_SPLIT == 1
-        SplitMerge<D, MT, GROUPS>().merge(o, row_max, row_sum, partial, O, p, row0, split);
+        SplitMerge<D, MT, ROW_GROUPS>().merge(o, row_max, row_sum, partial, O, p, row0, split, row0 / ROWS);
 #else
         // every split (warps sharing rows, blocks of a cluster) leaves its unnormalised O, raw row max
         // and row sum in shared memory; the rows are then merged as split-K softmax does (with

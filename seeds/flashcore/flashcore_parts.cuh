@@ -5,7 +5,6 @@
 #include <mma.h>
 #include <stdint.h>
 
-
 // Each head dimension has its own key tile and warp count (the build passes BLOCK_N_D64, WARPS_D64,
 // BLOCK_N_D128, WARPS_D128). These names read the template parameter D of the function or struct
 // they appear in, so they are only usable inside code templated on the head dimension.

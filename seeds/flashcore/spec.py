@@ -18,6 +18,7 @@ from pathlib import Path
 from kernel_genome import Boolean, Choice, Constraint, PowerOfTwo, Space
 from seeds._cuda import TensorMapBytes, tensor_map
 from seeds._family import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance, shape
+from seeds._wgmma import wgmma_wrapper
 
 HERE = Path(__file__).parent
 SOURCES = (HERE.parent / "_hopper.cuh",) + tuple(HERE / name for name in (
@@ -50,9 +51,15 @@ def kv_rows(g, head_dim: int) -> int:
     return block_n(g, head_dim) * g["kv_split"]
 
 
+def uses_wgmma(g, head_dim: int) -> bool:
+    """Whether this head dimension's kernel multiplies by wgmma (a warpgroup of 64 rows per key split)."""
+    return head_dim == 64 and g["wgmma_d64"]
+
+
 def rows_per_warp(g, head_dim: int) -> int:
-    """Query rows a warp owns on the fused path (warps sharing rows split the keys)."""
-    return g["block_m"] * g["kv_split"] // warps(g, head_dim)
+    """Query rows a warp owns on the fused path (warps sharing rows split the keys; wgmma: 16 of its
+    warpgroup's 64, query rows or padding)."""
+    return 16 if uses_wgmma(g, head_dim) else g["block_m"] * g["kv_split"] // warps(g, head_dim)
 
 
 def shared_bytes(g, head_dim: int) -> int:
@@ -117,7 +124,11 @@ def _registers_fit(g) -> bool:
 
 def _warps_own_rows(g) -> bool:
     return all(warps(g, d) % g["kv_split"] == 0 and g["block_m"] * g["kv_split"] % (16 * warps(g, d)) == 0
-               for d in HEAD_DIMS)
+               for d in HEAD_DIMS if not uses_wgmma(g, d))
+
+
+def _warpgroups_cover_rows(g) -> bool:
+    return g["warps_d64"] == 4 * g["kv_split"] and g["block_m"] <= 64
 
 
 SPACE = Space(
@@ -151,6 +162,11 @@ SPACE = Space(
                            "at a barrier per stage | every thread's copies of a stage end in an arrival on the "
                            "stage's mbarrier (cp.async.mbarrier.arrive), each warp waits for the stage alone and "
                            "marks it empty when done: warps run free"),
+        Boolean("wgmma_d64",
+                description="D = 64 kernel, fused path: Q K^T and P V by wgmma (sm_90a) instead of mma.sync: a "
+                            "warpgroup per key split, its 64 rows the block's query rows and padding; Q (loaded by "
+                            "ldmatrix each tile, whatever q_in_registers says) and P from registers, K and V read by "
+                            "the tensor cores from the swizzled stages"),
         PowerOfTwo("kv_share_d64", 1, 4,
                    description="D = 64 kernel, fused path: blocks of a thread-block cluster (consecutive query blocks "
                                "of one head) sharing every K/V stage, each bringing in 1/n of its rows by a TMA copy "
@@ -207,6 +223,18 @@ SPACE = Space(
             "not padded) and no cluster key split (cluster_kv_split = 1: one cluster dimension)",
         ),
         Constraint(
+            "wgmma_needs_fused_warpgroups",
+            lambda g: _implies(g["wgmma_d64"], g["softmax"] == "registers"
+                               and g["layout"] == "swizzled" and _warpgroups_cover_rows(g)
+                               and g["cluster_kv_split"] == 1 and g["grid_kv_split"] == 1 and g["kv_share_d64"] == 1
+                               and g["stage_wait"] == "block_barrier"),
+            "wgmma_d64 needs the fused path, the swizzled layout (wgmma's 128-byte swizzle), "
+            "a warpgroup per key split (warps_d64 = 4 * kv_split) covering the block's rows (block_m <= 64), "
+            "the block alone on its rows (no cluster or grid split, no shared stages), and block barriers "
+            "between the stages (stage_wait = block_barrier: the threads that copied a tile fence it for wgmma's "
+            "proxy before the barrier)",
+        ),
+        Constraint(
             "mbarrier_stages_need_fused_pipeline",
             lambda g: _implies(g["stage_wait"] == "mbarrier", g["softmax"] == "registers" and g["kv_loads"] != "plain"
                                and g["kv_share_d64"] == 1),
@@ -230,13 +258,13 @@ SPACE = Space(
         ),
     ],
     # runs stored before these knobs existed built what their value 1 builds
-    added_later={"kv_share_d64": 1, "grid_kv_split": 1, "stage_wait": "block_barrier"},
+    added_later={"kv_share_d64": 1, "grid_kv_split": 1, "stage_wait": "block_barrier", "wgmma_d64": False},
 )
 
 SEED = SPACE.genome(dict(block_m=16, block_n_d64=64, warps_d64=4, block_n_d128=64, warps_d128=4, qk="scalar",
                          pv="scalar", softmax="smem", reduce="serial", exp2=False, layout="plain", kv_loads="plain",
                          q_in_registers=False, kv_split=1, cluster_kv_split=1, grid_kv_split=1, kv_share_d64=1,
-                         stage_wait="block_barrier"))
+                         stage_wait="block_barrier", wgmma_d64=False))
 
 
 def attention_shape(name: str, b: int, h: int, s: int, d: int, *, causal: bool = False, mission: bool = False):
@@ -271,11 +299,16 @@ class FlashCore(KernelFamily):
                       LAYOUT=("plain", "padded", "swizzled").index(g["layout"]), STAGES=STAGES[g["kv_loads"]],
                       Q_REGS=int(g["q_in_registers"]), KV_SPLIT=g["kv_split"], CLUSTER=g["cluster_kv_split"],
                       GRID_SPLIT=g["grid_kv_split"], KV_SHARE_D64=g["kv_share_d64"],
-                      STAGE_WAIT=int(g["stage_wait"] == "mbarrier"),
+                      STAGE_WAIT=int(g["stage_wait"] == "mbarrier"), WGMMA_D64=int(g["wgmma_d64"]),
                       **{f"{name.upper()}_D{d}": g[f"{name}_d{d}"] for name in ("block_n", "warps") for d in HEAD_DIMS})
         flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
             f"-D{k}={v}" for k, v in sorted(macros.items()))
         source = "".join(f'#line 1 "{path.name}"\n{path.read_text()}\n' for path in SOURCES)
+        if g["wgmma_d64"]:  # after _hopper.cuh: S = Q K^T (N = the key tile) and O += P V (N = 64, V N-major)
+            wrappers = (wgmma_wrapper("wgmma_qk", g["block_n_d64"], "f16", a_source="registers")
+                        + wgmma_wrapper("wgmma_pv", 64, "f16", a_source="registers", b_mn_major=True))
+            parts = source.split('#line 1 "flashcore_parts.cuh"', 1)
+            source = f'{parts[0]}{wrappers}#line 1 "flashcore_parts.cuh"{parts[1]}'
         return BuildRecipe(source, "flashcore.cu", "nvcc", flags, "cubin")
 
     def check_shape(self, shape: ProblemShape) -> None:
