@@ -137,3 +137,15 @@ def test_options_are_validated_by_name():
         make_strategy("annealing", SPACE, seed=0, population=8)
     with pytest.raises(ValueError, match="takes no options"):
         make_strategy("random", SPACE, seed=0, population=8, options={"x": 1})
+
+
+def test_random_batches_stay_full_in_a_tightly_constrained_space():
+    """FlashCore's space: about 6 random genomes in 10,000 are valid, so one rejection-and-repair
+    draw in ten finds nothing. Such a draw is retried: a short (or empty) batch would end a search
+    as if the space were used up."""
+    space = get_family("flashcore").space
+    strategy = make_strategy("random", space, seed=3, population=8)
+    for _ in range(5):
+        proposals = strategy.ask(8)
+        assert len(proposals) == 8 and all(space.is_valid(p.genome) for p in proposals)
+        strategy.tell([Observation(p.genome, 0, "ok", 1e-3) for p in proposals])

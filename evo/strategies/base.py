@@ -88,13 +88,16 @@ class Strategy(abc.ABC):
         return sorted(ok, key=lambda o: (o.fitness_s, o.generation, o.genome.id))
 
     def random_proposals(self, n: int, rng: random.Random, max_tries: int = 200) -> list[Proposal]:
+        """Up to ``n`` unseen random valid genomes. In a tightly constrained space one draw can miss
+        (rejection sampling and repair both find nothing): that draw is retried, up to ``max_tries``
+        a proposal, rather than ending the batch (an empty batch stops the search as exhausted)."""
         proposals: list[Proposal] = []
         for _ in range(n):
             for _ in range(max_tries):
                 try:
                     genome = sample(self.space, rng)
                 except NoValidGenome:
-                    return proposals
+                    continue
                 if genome.id not in self.seen:
                     self.seen.add(genome.id)
                     proposals.append(Proposal(genome, "random"))
