@@ -102,7 +102,7 @@ struct Fused {
 #if WGMMA_D64
         if constexpr (WG) {
             // Q's fragments from shared memory every tile: kept in registers across the tiles, ptxas
-            // 12.x/13.0 has been seen to hand them to later instructions after the first wgmma read them
+            // (CUDA 13.0) handed their registers to later instructions once a wgmma had read them
             uint32_t qa[D / 16][4];
 #pragma unroll
             for (int k = 0; k < D / 16; ++k) load_a<D>(qa[k], Qs, row0 % BLOCK_M, k * 16);  // padding: a copy
