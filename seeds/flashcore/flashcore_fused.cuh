@@ -262,7 +262,7 @@ struct Fused {
         // the splits' partial rows and their (max, sum) meet in shared memory (Plan<D>'s merge region)
         float* partial = reinterpret_cast<float*>(smem + Plan<D>::bytes - Plan<D>::merge_bytes);
 #if CLUSTER == 1 && GRID_SPLIT == 1
-        SplitMerge<D, MT, ROW_GROUPS>().merge(o, row_max, row_sum, partial, O, p, row0, split, row0 / ROWS);
+        SplitMerge<D, MT, ROW_GROUPS>().merge(o, row_max, row_sum, partial, O, p, row0, split);
 #else
         // every split (warps sharing rows, blocks of a cluster) leaves its unnormalised O, raw row max
         // and row sum in shared memory; the rows are then merged as split-K softmax does (with

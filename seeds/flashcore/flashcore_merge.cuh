@@ -37,7 +37,7 @@ struct Partial {
 // conflict-free): its O, then per 16 rows (max, max, sum, sum) of its two row halves, the sums
 // already added over the quad. After the barrier every split weighs all the splits' rows (one
 // exponential per split and row) and merges and writes its own DT / KV_SPLIT column chunks of O.
-template <int D, int MT, int GROUPS>  // GROUPS: row groups, each of KV_SPLIT warps (`group` of them below)
+template <int D, int MT, int GROUPS>  // GROUPS: row groups of 16 * MT rows, each of KV_SPLIT warps
 struct SplitMerge {
     static constexpr int DT = D / 8, OWN = DT / KV_SPLIT, O_QUADS = MT * DT, RECORD = (O_QUADS + MT) * 32;
     static_assert(DT % KV_SPLIT == 0, "every split merges whole column chunks");
@@ -45,8 +45,8 @@ struct SplitMerge {
 
     // shared memory: KV_SPLIT * GROUPS records of RECORD float4s (Plan's merge region holds them)
     __device__ void merge(const Fragments& o, const float (&row_max)[MT][2], const float (&row_sum)[MT][2],
-                          float* region, half* O, const Problem& p, int row0, int split, int group) {
-        const int lane = threadIdx.x % 32;
+                          float* region, half* O, const Problem& p, int row0, int split) {
+        const int lane = threadIdx.x % 32, group = row0 / (16 * MT);
         float4* base = reinterpret_cast<float4*>(region) + group * RECORD + lane;  // split 0's record, this lane
         float sums[MT][2];
 #pragma unroll

@@ -134,12 +134,7 @@ __device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_address(bar)) : "memory");
 }
 
-// named barrier `id` (1..15; 0 is __syncthreads) of `threads` threads: arrive without waiting
-// (this thread's earlier shared-memory writes are visible to those that sync on it), or wait there
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
+// named barrier `id` (1..15; 0 is __syncthreads) of `threads` threads
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
