@@ -25,6 +25,17 @@ __device__ __forceinline__ float pair_tree(const float (&s)[N][4], int h, Op op)
     return v[0];
 }
 
+// the A fragment (mma.sync's layout, also wgmma's from registers) of keys 16 k .. 16 k + 15 of P,
+// packed to fp16 from the S/P fragments of a thread's 16 rows: the C layout of two n-tiles is the A
+// layout of one k-step
+template <int N>
+__device__ __forceinline__ void probability_fragment(uint32_t (&a)[4], const float (&s)[N][4], int k) {
+    a[0] = pack_half2(s[2 * k][0], s[2 * k][1]);
+    a[1] = pack_half2(s[2 * k][2], s[2 * k][3]);
+    a[2] = pack_half2(s[2 * k + 1][0], s[2 * k + 1][1]);
+    a[3] = pack_half2(s[2 * k + 1][2], s[2 * k + 1][3]);
+}
+
 template <int D>
 struct Fused {
     using T = Tile<D>;
@@ -196,12 +207,7 @@ struct Fused {
         if constexpr (WG) {  // P (padding rows: whatever their scores were) times V, 16 keys a wgmma
             uint32_t a[BLOCK_N / 16][4];
 #pragma unroll
-            for (int k = 0; k < BLOCK_N / 16; ++k) {
-                a[k][0] = pack_half2(s[0][2 * k][0], s[0][2 * k][1]);
-                a[k][1] = pack_half2(s[0][2 * k][2], s[0][2 * k][3]);
-                a[k][2] = pack_half2(s[0][2 * k + 1][0], s[0][2 * k + 1][1]);
-                a[k][3] = pack_half2(s[0][2 * k + 1][2], s[0][2 * k + 1][3]);
-            }
+            for (int k = 0; k < BLOCK_N / 16; ++k) probability_fragment(a[k], s[0], k);
             float(&out)[DT * 4] = reinterpret_cast<float(&)[DT * 4]>(o);
             // V's rows of 128 bytes as an N-major operand: one swizzle atom wide (N = D = 64), so the
             // K-major descriptor's fields (8-row groups 1024 bytes apart) describe it as well
@@ -220,12 +226,7 @@ struct Fused {
         for (int k = 0; k < BLOCK_N / 16; ++k) {
             uint32_t a[MT][4];
 #pragma unroll
-            for (int m = 0; m < MT; ++m) {
-                a[m][0] = pack_half2(s[m][2 * k][0], s[m][2 * k][1]);
-                a[m][1] = pack_half2(s[m][2 * k][2], s[m][2 * k][3]);
-                a[m][2] = pack_half2(s[m][2 * k + 1][0], s[m][2 * k + 1][1]);
-                a[m][3] = pack_half2(s[m][2 * k + 1][2], s[m][2 * k + 1][3]);
-            }
+            for (int m = 0; m < MT; ++m) probability_fragment(a[m], s[m], k);
 #pragma unroll
             for (int d = 0; d < DT; d += 2) {
                 uint32_t b[4];
