@@ -40,6 +40,34 @@
 //                   mbarriers (read as KV_SHARE inside code templated on D; 1 for D = 128)
 
 
+// The full K, full V and empty mbarriers of every stage, in Plan<D>'s barrier region; thread 0
+// initialises them (full: `full_count` arrivals, empty: `empty_count`), the caller then syncs.
+// `tma_swizzled`: the stages are written by TMA copies, whose 128-byte swizzle repeats every 1024
+// bytes: a block whose shared memory is not so aligned traps
+template <int D>
+struct StageBarriers {
+    uint64_t* full_k;
+    uint64_t* full_v;
+    uint64_t* empty;
+
+    __device__ StageBarriers(unsigned char* smem, unsigned full_count, unsigned empty_count, bool tma_swizzled)
+        : full_k(reinterpret_cast<uint64_t*>(smem + Plan<D>::bytes - Plan<D>::merge_bytes - Plan<D>::barrier_bytes)),
+          full_v(full_k + STAGES), empty(full_v + STAGES) {
+        if (threadIdx.x == 0) {
+            if (tma_swizzled && smem_address(smem) % 1024 != 0) __trap();
+            for (int b = 0; b < STAGES; ++b) {
+                barrier_init(full_k + b, full_count);
+                barrier_init(full_v + b, full_count);
+                barrier_init(empty + b, empty_count);
+            }
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+    }
+
+    __device__ void wait_k(int t) { barrier_wait(full_k + t % STAGES, (t / STAGES) & 1); }
+    __device__ void wait_v(int t) { barrier_wait(full_v + t % STAGES, (t / STAGES) & 1); }
+};
+
 // K/V stages shared by the KV_SHARE blocks of a cluster (the D = 64 kernel, KV_SHARE_D64 > 1):
 // warp 0 of each block brings in its 1 / KV_SHARE of the rows of every stage with one TMA copy
 // per tensor, multicast to the whole cluster, so a head's K and V cross from L2 once per cluster
@@ -49,32 +77,18 @@
 // full_k / full_v count a stage's bytes in; empty collects one arrival from every warp of every
 // block before the stage is refilled.
 template <int D>
-struct SharedStages {
+struct SharedStages : StageBarriers<D> {
     static constexpr int rows_each = KV_ROWS / KV_SHARE, kv_tile = Plan<D>::kv_bytes / 2;
     static constexpr unsigned stage_bytes = KV_ROWS * D * 2;  // what lands in each block, per tensor
     static constexpr unsigned short everyone = (1u << KV_SHARE) - 1;
     static_assert(KV_ROWS % (8 * KV_SHARE) == 0, "each block's rows of a stage are whole 8-row swizzle groups");
+    using StageBarriers<D>::full_k, StageBarriers<D>::full_v, StageBarriers<D>::empty;
     half* Ks;
     half* Vs;
-    uint64_t* full_k;
-    uint64_t* full_v;
-    uint64_t* empty;
     int rank;
 
-    __device__ SharedStages(unsigned char* smem, half* ks, half* vs) : Ks(ks), Vs(vs), rank(cluster_rank()) {
-        using P_ = Plan<D>;
-        full_k = reinterpret_cast<uint64_t*>(smem + P_::bytes - P_::merge_bytes - P_::barrier_bytes);
-        full_v = full_k + STAGES;
-        empty = full_v + STAGES;
-        if (threadIdx.x == 0) {
-            if (LAYOUT == 2 && smem_address(smem) % 1024 != 0) __trap();  // the TMA swizzle repeats every 1024 bytes
-            for (int b = 0; b < STAGES; ++b) {
-                barrier_init(full_k + b, 1);
-                barrier_init(full_v + b, 1);
-                barrier_init(empty + b, KV_SHARE * WARPS);
-            }
-            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        }
+    __device__ SharedStages(unsigned char* smem, half* ks, half* vs)
+        : StageBarriers<D>(smem, 1, KV_SHARE * WARPS, LAYOUT == 2), Ks(ks), Vs(vs), rank(cluster_rank()) {
         cluster_sync();  // every block's barriers exist before any block copies or arrives into it
     }
 
@@ -90,9 +104,6 @@ struct SharedStages {
             tensor_copy_multicast(Vs + b * kv_tile + first * D, v_map, key0 + first, head, full_v + b, everyone);
         }
     }
-
-    __device__ void wait_k(int t) { barrier_wait(full_k + t % STAGES, (t / STAGES) & 1); }
-    __device__ void wait_v(int t) { barrier_wait(full_v + t % STAGES, (t / STAGES) & 1); }
 
     // every warp, done with tile t: one arrival at each block of the cluster, if a later tile refills the stage.
     // The refill is a TMA write (async proxy) after this warp's ldmatrix reads (generic proxy): the fence
@@ -139,25 +150,11 @@ __device__ void shared_stage_loop(Engine& engine, unsigned char* smem, const hal
 // warp waits for the stage alone instead of the whole block at a barrier, and marks it empty when
 // done; warps run free.
 template <int D>
-struct AnnouncedStages {
+struct AnnouncedStages : StageBarriers<D> {
+    using StageBarriers<D>::full_k, StageBarriers<D>::full_v, StageBarriers<D>::empty;
     static constexpr int kv_tile = Plan<D>::kv_bytes / 2;
-    uint64_t* full_k;
-    uint64_t* full_v;
-    uint64_t* empty;
 
-    __device__ explicit AnnouncedStages(unsigned char* smem) {
-        using P_ = Plan<D>;
-        full_k = reinterpret_cast<uint64_t*>(smem + P_::bytes - P_::merge_bytes - P_::barrier_bytes);
-        full_v = full_k + STAGES;
-        empty = full_v + STAGES;
-        if (threadIdx.x == 0) {
-            for (int b = 0; b < STAGES; ++b) {
-                barrier_init(full_k + b, THREADS);
-                barrier_init(full_v + b, THREADS);
-                barrier_init(empty + b, WARPS);
-            }
-            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        }
+    __device__ explicit AnnouncedStages(unsigned char* smem) : StageBarriers<D>(smem, THREADS, WARPS, false) {
         __syncthreads();  // the barriers exist before any copy arrives on them
     }
 
@@ -173,9 +170,6 @@ struct AnnouncedStages {
         cp_async_arrive(full_v + b);
         cp_async_commit();
     }
-
-    __device__ void wait_k(int t) { barrier_wait(full_k + t % STAGES, (t / STAGES) & 1); }
-    __device__ void wait_v(int t) { barrier_wait(full_v + t % STAGES, (t / STAGES) & 1); }
 
     // every warp, done with tile t: one arrival if a later tile refills the stage
     __device__ void release(int t, int tiles) {
