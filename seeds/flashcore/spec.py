@@ -1,7 +1,8 @@
 """FlashCore: fp16 attention forward on the H100, from a scalar baseline towards FlashAttention.
 
-One CUDA translation unit (seeds/_hopper.cuh, flashcore_parts.cuh, _materialised.cuh, _merge.cuh, _fused.cuh,
-flashcore.cu) whose knobs walk the steps a kernel engineer takes by hand: scalar FMA -> WMMA -> mma.sync + ldmatrix for Q K^T and for P V, the S/P tile
+One CUDA translation unit (seeds/_hopper.cuh, flashcore_parts.cuh, _materialised.cuh, _merge.cuh,
+_fused.cuh, flashcore.cu) whose knobs walk the steps a kernel engineer takes by hand: scalar FMA ->
+WMMA -> mma.sync + ldmatrix for Q K^T and for P V, the S/P tile
 materialised in shared memory -> the fused online softmax in registers, serial -> shuffle row
 reductions, plain loads -> cp.async pipelines, plain -> padded -> swizzled shared memory, exp2 with
 the scale folded in, Q kept in registers. Both head dimensions are compiled into one cubin (entry
@@ -303,12 +304,12 @@ class FlashCore(KernelFamily):
                       **{f"{name.upper()}_D{d}": g[f"{name}_d{d}"] for name in ("block_n", "warps") for d in HEAD_DIMS})
         flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
             f"-D{k}={v}" for k, v in sorted(macros.items()))
-        source = "".join(f'#line 1 "{path.name}"\n{path.read_text()}\n' for path in SOURCES)
+        parts = [f'#line 1 "{path.name}"\n{path.read_text()}\n' for path in SOURCES]
+        wrappers = ""
         if g["wgmma_d64"]:  # after _hopper.cuh: S = Q K^T (N = the key tile) and O += P V (N = 64, V N-major)
             wrappers = (wgmma_wrapper("wgmma_qk", g["block_n_d64"], "f16", a_source="registers")
                         + wgmma_wrapper("wgmma_pv", 64, "f16", a_source="registers", b_mn_major=True))
-            parts = source.split('#line 1 "flashcore_parts.cuh"', 1)
-            source = f'{parts[0]}{wrappers}#line 1 "flashcore_parts.cuh"{parts[1]}'
+        source = parts[0] + wrappers + "".join(parts[1:])
         return BuildRecipe(source, "flashcore.cu", "nvcc", flags, "cubin")
 
     def check_shape(self, shape: ProblemShape) -> None:
