@@ -98,8 +98,8 @@ struct TileLoader {
             const int i = threadIdx.x + p * THREADS;
             if (VALUE_COPIES % THREADS != 0 && i >= VALUE_COPIES) break;
             const bool valid = value_valid >> p & 1;
-            copy16_async(values + i / CHUNKS * ROW_BYTES + i % CHUNKS * 16, value_source[p] + (valid ? kt * (BLOCK_K / 2) : 0),
-                   valid);
+            copy16_async(values + i / CHUNKS * ROW_BYTES + i % CHUNKS * 16,
+                         value_source[p] + (valid ? kt * (BLOCK_K / 2) : 0), valid);
         }
 #pragma unroll
         for (int p = 0; p < SCALE_PASSES; ++p) {
@@ -266,7 +266,6 @@ __device__ __forceinline__ void multiply_stage(float (&d)[MT][NT][4], const uint
                  descriptor(a_tile + j / 4 * BLOCK_M * 128 + j % 4 * 32), !(fresh && j == 0));
     wgmma_commit();
 }
-
 #endif
 #else
 // -- dequantisation into shared memory: the whole block turns a stage's packed rows into fp16 tiles
