@@ -109,7 +109,6 @@ struct Fused {
     __device__ void score(const half* Ks, const Problem& p, int kv0) {
         Ks += split * BLOCK_N * T::ld;  // this warp's slice of the stage (a multiple of 8 rows: same swizzle)
         kv0 += split * BLOCK_N;
-        const int lane = threadIdx.x % 32;
 #if WGMMA_D64
         if constexpr (WG) {
             // Q's fragments from shared memory every tile: kept in registers across the tiles, ptxas
@@ -129,7 +128,13 @@ struct Fused {
             if (!real) return;  // padding rows: no softmax
         } else
 #endif
-        {
+            qk(Ks);
+        softmax(p, kv0);
+    }
+
+    // S = Q K^T by mma.sync, Ks this warp's slice of the stage
+    __device__ __forceinline__ void qk(const half* Ks) {
+        const int lane = threadIdx.x % 32;
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -159,11 +164,21 @@ struct Fused {
                 }
             }
         }
-        }
+    }
+
+    // the online softmax of the scores of this warp's slice (keys from kv0): s holds P
+    __device__ void softmax(const Problem& p, int kv0) {
         // mask where the tile crosses S or the diagonal, online softmax per row; the row max is kept
         // in raw dot products and the scale applied inside one FFMA per score: s * scale - max * scale
-        const bool edge = kv0 + BLOCK_N > p.S || (p.causal && kv0 + BLOCK_N - 1 > p.q0 + row0);
-        if (edge) mask_scores(s, p, kv0);  // a branch: the inner tiles run none of the masking arithmetic
+        if (edge_tile(p, kv0)) mask_scores(s, p, kv0);  // a branch: the inner tiles run none of the masking arithmetic
+        softmax_rows(p);
+    }
+
+    __device__ __forceinline__ bool edge_tile(const Problem& p, int kv0) const {
+        return kv0 + BLOCK_N > p.S || (p.causal && kv0 + BLOCK_N - 1 > p.q0 + row0);
+    }
+
+    __device__ __forceinline__ void softmax_rows(const Problem& p) {
         const float scale = p.logit_scale;
         // A warp usually has its scheduler to itself, so nothing hides a chain of dependent
         // instructions: the two row halves go side by side, and maxima and sums are trees.
@@ -202,7 +217,6 @@ struct Fused {
     // O += P V for the same slice of the V stage, P taken straight from the S fragments
     __device__ void accumulate(const half* Vs) {
         Vs += split * BLOCK_N * T::ld;
-        const int lane = threadIdx.x % 32;
 #if WGMMA_D64
         if constexpr (WG) {  // P (padding rows: whatever their scores were) times V, 16 keys a wgmma
             uint32_t a[BLOCK_N / 16][4];
@@ -221,7 +235,12 @@ struct Fused {
             pin_registers(reinterpret_cast<uint32_t(&)[BLOCK_N / 4]>(a));
         } else
 #endif
-        {
+            pv(Vs);
+    }
+
+    // O += P V by mma.sync, Vs this warp's slice of the stage
+    __device__ __forceinline__ void pv(const half* Vs) {
+        const int lane = threadIdx.x % 32;
 #pragma unroll
         for (int k = 0; k < BLOCK_N / 16; ++k) {
             uint32_t a[MT][4];
@@ -238,7 +257,6 @@ struct Fused {
                 }
             }
         }
-        }
     }
 
     __device__ void finish(half* O, const Problem& p, unsigned char* smem) {
@@ -250,7 +268,7 @@ struct Fused {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int query = p.q0 + row0 + m * 16 + g + 8 * h;
-                const float inv = 1.f / quad_reduce_sum(row_sum[m][h], 4);
+                const float inv = reciprocal(quad_reduce_sum(row_sum[m][h], 4));
                 if (query < p.S) {
 #pragma unroll
                     for (int d = 0; d < DT; ++d)

@@ -24,7 +24,7 @@ struct Partial {
 
     // the four fp16 outputs O / sum
     __device__ __forceinline__ void write(half* out) const {
-        const float inv = 1.f / sum;
+        const float inv = reciprocal(sum);
         half2* pair = reinterpret_cast<half2*>(out);
         pair[0] = __floats2half2_rn(o.x * inv, o.y * inv);
         pair[1] = __floats2half2_rn(o.z * inv, o.w * inv);
@@ -90,6 +90,7 @@ struct SplitMerge {
                 for (int j = 0; j < OWN; ++j)
                     if (k != SPLIT) theirs[k][m][j] = records[k * GROUPS * RECORD + (m * DT + SPLIT * OWN + j) * 32];
             }
+        half2 out[MT][2][OWN];  // both row halves computed before either is stored: their chains overlap
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -103,9 +104,7 @@ struct SplitMerge {
                     weight[k] = split_max == -CUDART_INF_F ? 0.f : exp_base((split_max - top) * p.logit_scale);
                     sum += (h ? stats[k][m].w : stats[k][m].z) * weight[k];
                 }
-                const float inv = 1.f / sum;
-                const int query = p.q0 + row0 + m * 16 + g + 8 * h;
-                if (query >= p.S) continue;
+                const float inv = reciprocal(sum);
 #pragma unroll
                 for (int j = 0; j < OWN; ++j) {
                     const int d = SPLIT * OWN + j;
@@ -116,8 +115,18 @@ struct SplitMerge {
                             x += (h ? theirs[k][m][j].z : theirs[k][m][j].x) * weight[k];
                             y += (h ? theirs[k][m][j].w : theirs[k][m][j].y) * weight[k];
                         }
-                    *reinterpret_cast<half2*>(O + (size_t)query * D + d * 8 + 2 * tq) = __floats2half2_rn(x * inv, y * inv);
+                    out[m][h][j] = __floats2half2_rn(x * inv, y * inv);
                 }
+            }
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int query = p.q0 + row0 + m * 16 + g + 8 * h;
+                if (query < p.S)
+#pragma unroll
+                    for (int j = 0; j < OWN; ++j)
+                        *reinterpret_cast<half2*>(O + (size_t)query * D + (SPLIT * OWN + j) * 8 + 2 * tq) = out[m][h][j];
             }
     }
 };

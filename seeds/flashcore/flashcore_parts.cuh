@@ -54,6 +54,14 @@ __device__ __forceinline__ float quad_reduce_max(float v, int width) {
     return v;
 }
 
+// 1 / x by the approximate reciprocal (MUFU.RCP, about 1 ulp): the row sums it divides by are at
+// least 1 (a row's largest score contributes exp(0)), so no denormal or zero needs IEEE division's slow path
+__device__ __forceinline__ float reciprocal(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 __device__ __forceinline__ float quad_reduce_sum(float v, int width) {
 #pragma unroll
     for (int offset = width / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
