@@ -1,0 +1,117 @@
+"""One FlashCore genome built from several revisions of the kernel source, timed in turns (GPU).
+
+    python benchmarks/flashcore_ab.py --rev 0c598b7 --rev HEAD --genome '{"block_m": 32, ...}'
+    python benchmarks/flashcore_ab.py --rev old-tree/ --rev worktree --db evo.db --run 1 --rounds 9
+
+A revision is a git revision (its sources read with `git show`), a directory holding a `seeds/`
+tree of another checkout (e.g. `git archive REV seeds | tar x -C DIR`), or `worktree`. Each is
+built with the genome's macros as the working tree's spec builds it, verified on every shape of
+the family's set (fresh inputs, output poisoned, float32 reference), then timed at the mission shape
+in turns: each round times cuDNN SDPA and every revision once, the same way, in this process. The
+medians of the rounds' medians are printed as a Markdown table. Differences under about 2 % between
+processes are noise on the H100 (see docs/BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+
+from _reporting import add_genome_arguments, best_genome
+from fitness import BuildConfig, Builder, EvalConfig, Evaluator, Status, screen
+from fitness.benchmark import time_runs
+from fitness.score import format_seconds
+from seeds import get_family
+from seeds.flashcore.spec import SOURCES
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def source_at(revision: str, path: Path) -> str:
+    """The text of source file `path` (in this checkout) at `revision`."""
+    relative = path.resolve().relative_to(ROOT)
+    if revision == "worktree":
+        return path.read_text()
+    tree = Path(revision)
+    if tree.is_dir():
+        return (tree / relative).read_text()
+    shown = subprocess.run(["git", "show", f"{revision}:{relative.as_posix()}"], cwd=ROOT, capture_output=True,
+                           text=True)
+    if shown.returncode != 0:
+        raise SystemExit(f"--rev {revision}: {shown.stderr.strip() or 'not a revision or directory'}")
+    return shown.stdout
+
+
+def recipe_at(family, genome, revision: str):
+    """The working tree's build recipe of `genome` with every source file as it was at `revision`."""
+    recipe = family.build_recipe(genome)
+    source = recipe.source
+    for path in SOURCES:
+        source = source.replace(path.read_text(), source_at(revision, path))
+    return dataclasses.replace(recipe, source=source)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_genome_arguments(parser)
+    parser.add_argument("--rev", action="append", required=True, help="git revision, seeds/ tree, or 'worktree'")
+    parser.add_argument("--rounds", type=int, default=9, help="rounds of timing in turns (default 9)")
+    args = parser.parse_args()
+    if args.rounds < 1:
+        raise SystemExit(f"--rounds must be at least 1, got {args.rounds}")
+
+    family = get_family("flashcore")
+    if args.run is not None:
+        genome = best_genome(args.db or "evo.db", args.run, family)
+    elif len(args.genome) == 1:
+        genome = family.space.genome_from_json(args.genome[0])
+    else:
+        raise SystemExit("give one --genome, or --db and --run")
+    problems = family.space.violations(genome)
+    if problems:
+        raise SystemExit(f"--genome: {'; '.join(problems)}")
+
+    work = Path(tempfile.mkdtemp(prefix="flashcore-ab-"))
+    builder = Builder(BuildConfig(work / "cache"))
+    evaluator = Evaluator(family, EvalConfig(trials=2), work / "loaded")
+    kernels = {}
+    for revision in args.rev:
+        recipe = recipe_at(family, genome, revision)
+        build = builder.build(f"{genome.id}@{revision}", recipe)
+        screened = screen(build, recipe.output, family.screen_limits)
+        if screened.status is not Status.OK:
+            raise SystemExit(f"{revision}: {screened.status.value}: {screened.message}")
+        kernel = evaluator.load(genome, build)
+        for shape in family.shapes:
+            check = evaluator.verify_shape(kernel, shape)
+            if not check.passed:
+                raise SystemExit(f"{revision} at {shape.name}: {check.message}")
+        kernels[revision] = kernel
+
+    mission = family.mission_shape
+    inputs = family.make_inputs(mission, evaluator._generator(0))
+    output = family.make_output(mission)
+    times = {name: [] for name in ["cuDNN", *kernels]}
+    for _ in range(args.rounds):
+        times["cuDNN"].append(time_runs(lambda: family.anchor(mission, inputs), "cuda", family.timing,
+                                        mission.name).median_s)
+        for revision, kernel in kernels.items():
+            times[revision].append(time_runs(lambda: family.launch(kernel, mission, inputs, output), "cuda",
+                                             family.timing, mission.name).median_s)
+    print(f"\n{evaluator.describe()}; genome {genome.id}, {args.rounds} rounds at {mission.name}")
+    print("| source | median of rounds | fastest round | slowest round | / cuDNN |")
+    print("|---|---|---|---|---|")
+    anchor = statistics.median(times["cuDNN"])
+    for name, values in times.items():
+        median = statistics.median(values)
+        print(f"| {name} | {format_seconds(median)} | {format_seconds(min(values))} | {format_seconds(max(values))} "
+              f"| {median / anchor:.3f} |")
+    print(f"genome: {genome.to_json()}")
+
+
+if __name__ == "__main__":
+    main()
