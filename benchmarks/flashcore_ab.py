@@ -42,7 +42,7 @@ def source_at(revision: str, path: Path) -> str:
     shown = subprocess.run(["git", "show", f"{revision}:{relative.as_posix()}"], cwd=ROOT, capture_output=True,
                            text=True)
     if shown.returncode != 0:
-        raise SystemExit(f"--rev {revision}: {shown.stderr.strip() or 'not a revision or directory'}")
+        raise ValueError(f"--rev {revision}: {shown.stderr.strip() or 'not a revision or directory'}")
     return shown.stdout
 
 
@@ -62,18 +62,26 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9, help="rounds of timing in turns (default 9)")
     args = parser.parse_args()
     if args.rounds < 1:
-        raise SystemExit(f"--rounds must be at least 1, got {args.rounds}")
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    for revision in args.rev:
+        try:
+            source_at(revision, SOURCES[-1])
+        except (ValueError, OSError) as error:
+            parser.error(str(error))
 
     family = get_family("flashcore")
     if args.run is not None:
         genome = best_genome(args.db or "evo.db", args.run, family)
     elif len(args.genome) == 1:
-        genome = family.space.genome_from_json(args.genome[0])
+        try:
+            genome = family.space.genome_from_json(args.genome[0])
+        except ValueError as error:
+            parser.error(f"--genome: {error}")
     else:
-        raise SystemExit("give one --genome, or --db and --run")
+        parser.error("give one --genome, or --db and --run")
     problems = family.space.violations(genome)
     if problems:
-        raise SystemExit(f"--genome: {'; '.join(problems)}")
+        parser.error(f"--genome: {'; '.join(problems)}")
 
     work = Path(tempfile.mkdtemp(prefix="flashcore-ab-"))
     builder = Builder(BuildConfig(work / "cache"))
@@ -93,7 +101,9 @@ def main() -> None:
         kernels[revision] = kernel
 
     mission = family.mission_shape
-    inputs = family.make_inputs(mission, evaluator._generator(0))
+    import torch
+
+    inputs = family.make_inputs(mission, torch.Generator(device="cuda").manual_seed(0))
     output = family.make_output(mission)
     times = {name: [] for name in ["cuDNN", *kernels]}
     for _ in range(args.rounds):
