@@ -22,10 +22,11 @@ def best_genome(db: str, run_id: int, family):
     return family.space.genome(individual.genome)
 
 
-def evaluated(family, genome, builder, evaluator):
+def evaluated(family, genome, builder, evaluator, recipe=None):
     """(the build, the evaluation) of ``genome`` as in a search (every shape verified and timed);
-    None, with the reason on stderr, when it is not correct."""
-    recipe = family.build_recipe(genome)
+    None, with the reason on stderr, when it is not correct. ``recipe``: another build of the genome
+    than the family's (e.g. other source revisions)."""
+    recipe = recipe or family.build_recipe(genome)
     build = builder.build(genome.id, recipe)
     result = evaluator.evaluate(genome, build, screen(build, recipe.output, family.screen_limits))
     if result.status is not Status.OK:

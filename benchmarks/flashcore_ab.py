@@ -5,11 +5,11 @@
 
 A revision is a git revision (its sources read with `git show`), a directory holding a `seeds/`
 tree of another checkout (e.g. `git archive REV seeds | tar x -C DIR`), or `worktree`. Each is
-built with the genome's macros as the working tree's spec builds it, verified on every shape of
-the family's set (fresh inputs, output poisoned, float32 reference), then timed at the mission shape
-in turns: each round times cuDNN SDPA and every revision once, the same way, in this process. The
-medians of the rounds' medians are printed as a Markdown table. Differences under about 2 % between
-processes are noise on the H100 (see docs/BENCHMARKS.md).
+built with the genome's macros as the working tree's spec builds it, screened and verified on every
+shape of the family's set as in a search (fresh inputs, output poisoned, float32 reference), then
+timed at the mission shape in turns: each round times cuDNN SDPA and every revision once, the same
+way, in this process. The medians of the rounds' medians are printed as a Markdown table.
+Differences under about 2 % between processes are noise on the H100 (see docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from _reporting import add_genome_arguments, best_genome
-from fitness import BuildConfig, Builder, EvalConfig, Evaluator, Status, screen
+from _reporting import add_genome_arguments, best_genome, evaluated
+from fitness import BuildConfig, Builder, EvalConfig, Evaluator
 from fitness.benchmark import time_runs
 from fitness.score import format_seconds
 from seeds import get_family
@@ -83,26 +83,19 @@ def main() -> None:
     if problems:
         parser.error(f"--genome: {'; '.join(problems)}")
 
+    import torch
+
     work = Path(tempfile.mkdtemp(prefix="flashcore-ab-"))
     builder = Builder(BuildConfig(work / "cache"))
     evaluator = Evaluator(family, EvalConfig(trials=2), work / "loaded")
     kernels = {}
-    for revision in args.rev:
-        recipe = recipe_at(family, genome, revision)
-        build = builder.build(f"{genome.id}@{revision}", recipe)
-        screened = screen(build, recipe.output, family.screen_limits)
-        if screened.status is not Status.OK:
-            raise SystemExit(f"{revision}: {screened.status.value}: {screened.message}")
-        kernel = evaluator.load(genome, build)
-        for shape in family.shapes:
-            check = evaluator.verify_shape(kernel, shape)
-            if not check.passed:
-                raise SystemExit(f"{revision} at {shape.name}: {check.message}")
-        kernels[revision] = kernel
+    for revision in args.rev:  # each built, screened and verified on every shape as in a search
+        done = evaluated(family, genome, builder, evaluator, recipe_at(family, genome, revision))
+        if done is None:
+            raise SystemExit(f"--rev {revision}: not a correct kernel (above)")
+        kernels[revision] = evaluator.load(genome, done[0])
 
     mission = family.mission_shape
-    import torch
-
     inputs = family.make_inputs(mission, torch.Generator(device="cuda").manual_seed(0))
     output = family.make_output(mission)
     times = {name: [] for name in ["cuDNN", *kernels]}
