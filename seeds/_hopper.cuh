@@ -87,6 +87,10 @@ __device__ __forceinline__ void barrier_init(uint64_t* bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(bar)), "r"(count) : "memory");
 }
 
+// after barrier_init: the barriers are initialised before any block of the cluster arrives on them
+// (ordered by a cluster barrier after this)
+__device__ __forceinline__ void barrier_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+
 __device__ __forceinline__ void barrier_expect_bytes(uint64_t* bar, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_address(bar)), "r"(bytes)
                  : "memory");
@@ -115,6 +119,15 @@ __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
+// the two halves of cluster_sync, apart: arrive (ordering nothing) early, wait later
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+}
+
 // `local`'s place in the shared memory of block `rank` of the cluster
 __device__ __forceinline__ unsigned peer_address(const void* local, int rank) {
     unsigned remote;
@@ -122,24 +135,18 @@ __device__ __forceinline__ unsigned peer_address(const void* local, int rank) {
     return remote;
 }
 
-// loads from `local`'s place in the shared memory of block `rank` of the cluster
-__device__ __forceinline__ float2 load_peer2(const float* local, int rank) {
-    float2 v;
-    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(peer_address(local, rank)));
-    return v;
-}
-
-__device__ __forceinline__ float4 load_peer4(const float* local, int rank) {
-    float4 v;
-    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(peer_address(local, rank)));
-    return v;
-}
-
 // a store to a shared::cluster address (peer_address; it does not wait for the write: a cluster_sync
 // orders it before the other block's reads)
 __device__ __forceinline__ void store_cluster2(unsigned address, float x, float y) {
     asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(address), "f"(x), "f"(y) : "memory");
+}
+
+// a float4 into `address` (shared::cluster, from peer_address) of a block of the cluster, counted in
+// bytes (complete_tx) on the mbarrier at `bar` of the same block: the store does not wait, the
+// receiver learns from its barrier that it has landed
+__device__ __forceinline__ void store_async4(unsigned address, float4 v, unsigned bar) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];"
+                 ::"r"(address), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(bar) : "memory");
 }
 
 // one arrival on the barrier at `bar`'s place in block `rank` of the cluster

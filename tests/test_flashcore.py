@@ -25,6 +25,10 @@ GRID_SPLIT = FA2_LIKE.replace(warps_d64=8, warps_d128=8, kv_split=2, grid_kv_spl
 # 3 cp.async stages; and the same with its stages announced on mbarriers (warps run free)
 MISSION = FA2_LIKE.replace(block_m=32, block_n_d64=128, block_n_d128=32, kv_split=2, kv_loads="cp_async3")
 ANNOUNCED = MISSION.replace(stage_wait="mbarrier")
+# keys split over the 2 blocks of a cluster, and over 2 blocks x 2 warps (the merge stores into peers
+# and into its own block)
+CLUSTER_SPLIT = FA2_LIKE.replace(cluster_kv_split=2)
+CLUSTER_WARP_SPLIT = MISSION.replace(block_m=64, cluster_kv_split=2, kv_loads="cp_async2")
 # wgmma at D = 64: two warpgroups (key splits) of 64 rows over the mission's 32 query rows (half of
 # each is padding); and one warpgroup on 64 query rows, the large-shape design point
 WGMMA_PADDED = MISSION.replace(wgmma_d64=True, warps_d64=8)
@@ -122,6 +126,16 @@ def test_runs_stored_before_the_cluster_grid_and_stage_wait_knobs_read_as_withou
     assert FAMILY.space.genome(stored) == FA2_LIKE
 
 
+def test_cluster_split_holds_every_split_record_and_the_merge_barriers():
+    from seeds.flashcore.spec import shared_bytes
+
+    # D = 64: Q 64 x 64 halves, 2 stages of 64-key K and V tiles, then the records of the cluster's 2
+    # splits (64 rows of 68 floats, and 4 floats a row) and 128 bytes of mbarriers
+    assert shared_bytes(CLUSTER_SPLIT, 64) == 8192 + 2 * 2 * 64 * 128 + 2 * 64 * 68 * 4 + 4 * 2 * 64 * 4 + 128
+    assert shared_bytes(CLUSTER_SPLIT.replace(cluster_kv_split=4), 64) == shared_bytes(CLUSTER_SPLIT, 64) + (
+        2 * 64 * 68 * 4 + 4 * 2 * 64 * 4)
+
+
 def test_announced_stages_carve_out_their_barriers():
     from seeds.flashcore.spec import shared_bytes
 
@@ -136,7 +150,8 @@ def test_sampled_genomes_are_correct_on_every_shape(tmp_path):
     verified = 0
     for genome in [FAMILY.seed_genomes[0], FA2_LIKE, LARGE_TILES, SHARED_STAGES, GRID_SPLIT,
                    GRID_SPLIT.replace(grid_kv_split=4), MISSION, ANNOUNCED, GRID_SPLIT.replace(stage_wait="mbarrier"),
-                   WGMMA_PADDED, WGMMA_ROWS, WGMMA_ROWS.replace(block_n_d64=64), *covering_sample(FAMILY.space, seed=1)]:
+                   WGMMA_PADDED, WGMMA_ROWS, WGMMA_ROWS.replace(block_n_d64=64), CLUSTER_SPLIT,
+                   CLUSTER_SPLIT.replace(cluster_kv_split=4), CLUSTER_WARP_SPLIT, *covering_sample(FAMILY.space, seed=1)]:
         recipe = FAMILY.build_recipe(genome)
         build = builder.build(genome.id, recipe)
         result = evaluator.evaluate(genome, build, screen(build, recipe.output, FAMILY.screen_limits))

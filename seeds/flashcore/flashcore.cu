@@ -24,7 +24,8 @@
 //                   of every K/V stage; their partial results are merged at the end
 //   CLUSTER         fused path: this many blocks of a thread-block cluster share the query rows,
 //                   each takes every CLUSTER-th K/V stage; the partial results are merged through
-//                   distributed shared memory, each block writing BLOCK_M / CLUSTER rows of O
+//                   distributed shared memory (SplitMerge: each block's warps store into the owners
+//                   of O's column chunks, in whichever block of the cluster they are)
 //   GRID_SPLIT      fused path, no cluster: this many blocks of the grid share the query rows, each
 //                   takes every GRID_SPLIT-th K/V stage and leaves its merged partial rows (O, max,
 //                   sum) in a global workspace; the last of them to finish (a ticket counter per query
@@ -223,6 +224,15 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
     half* Vs = reinterpret_cast<half*>(smem + P_::q_bytes + STAGES * P_::kv_bytes);
     constexpr int kv_tile = P_::kv_bytes / 2;  // halves between consecutive K (or V) buffers
 
+#if SOFTMAX == 1 && CLUSTER > 1
+    // SplitMerge's mbarriers, then this block's arrival on the cluster barrier its merge waits on
+    if (threadIdx.x == 0) {
+        uint64_t* merge_barriers = reinterpret_cast<uint64_t*>(smem + P_::bytes - P_::merge_barrier_bytes);
+        for (int b = 0; b < P_::merge_barrier_bytes / 8; ++b) barrier_init(merge_barriers + b, 1);
+        barrier_init_fence();
+    }
+    cluster_arrive_relaxed();
+#endif
     const size_t head = (size_t)blockIdx.y * S * D;
     Problem p;
     p.rank = CLUSTER > 1 ? cluster_rank() : blockIdx.x % GRID_SPLIT;

@@ -280,12 +280,12 @@ struct Fused {
 #else
         // the splits' partial rows and their (max, sum) meet in shared memory (Plan<D>'s merge region)
         float* partial = reinterpret_cast<float*>(smem + Plan<D>::bytes - Plan<D>::merge_bytes);
-#if CLUSTER == 1 && GRID_SPLIT == 1
+#if GRID_SPLIT == 1
         SplitMerge<D, MT, ROW_GROUPS>().merge(o, row_max, row_sum, partial, O, p, row0, split);
 #else
-        // every split (warps sharing rows, blocks of a cluster) leaves its unnormalised O, raw row max
-        // and row sum in shared memory; the rows are then merged as split-K softmax does (with
-        // GRID_SPLIT > 1 into this block's record of the workspace, merged again by grid_merge)
+        // every split (warps sharing rows) leaves its unnormalised O, raw row max and row sum in shared
+        // memory; the rows are then merged as split-K softmax does into this block's record of the
+        // workspace, merged again by grid_merge
         const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
         constexpr int o_ld = D + 4;  // [split][row][o_ld] floats, then [split][row] (max, sum)
         float* stats = partial + align128(KV_SPLIT * BLOCK_M * o_ld * 4) / 4;
@@ -305,60 +305,38 @@ struct Fused {
                         make_float2(o[m][d][2 * h], o[m][d][2 * h + 1]);
             }
         }
-#if CLUSTER > 1
-        cluster_sync();  // every block's partial results are written
-#else
         __syncthreads();
-#endif
-        // this block writes BLOCK_M / CLUSTER of the rows, four columns an item; a thread loads the
-        // statistics and partial rows of BATCH items before it uses any, so that the (distributed)
-        // shared-memory latencies overlap instead of adding up
-        constexpr int rows = BLOCK_M / CLUSTER, quads = D / 4, items = rows * quads;
-        const int first_row = CLUSTER > 1 ? p.rank * rows : 0;  // the rows this block writes start there
-        constexpr int BATCH = CLUSTER * KV_SPLIT >= 8 ? 1 : 8 / (CLUSTER * KV_SPLIT);  // <= 8 partial rows in registers
-        static_assert(BLOCK_M % CLUSTER == 0, "CLUSTER must divide BLOCK_M");
+        // four columns an item; a thread loads the statistics and partial rows of BATCH items before it
+        // uses any, so that the shared-memory latencies overlap instead of adding up
+        constexpr int quads = D / 4, items = BLOCK_M * quads;
+        constexpr int BATCH = KV_SPLIT >= 8 ? 1 : 8 / KV_SPLIT;  // <= 8 partial rows in registers
         for (int first = threadIdx.x; first < items; first += BATCH * THREADS) {
-            float2 part[BATCH][CLUSTER][KV_SPLIT];
-            float4 rows_o[BATCH][CLUSTER][KV_SPLIT];
+            float2 part[BATCH][KV_SPLIT];
+            float4 rows_o[BATCH][KV_SPLIT];
 #pragma unroll
             for (int b = 0; b < BATCH; ++b) {
-                const int e = first + b * THREADS, row = first_row + e / quads, col = e % quads * 4;
+                const int e = first + b * THREADS, row = e / quads, col = e % quads * 4;
                 if (e >= items) break;
 #pragma unroll
-                for (int c = 0; c < CLUSTER; ++c)
-#pragma unroll
-                    for (int k = 0; k < KV_SPLIT; ++k) {
-                        const float* s = stats + 2 * (k * BLOCK_M + row);
-                        const float* source = partial + (k * BLOCK_M + row) * o_ld + col;
-                        part[b][c][k] = CLUSTER > 1 ? load_peer2(s, c) : *reinterpret_cast<const float2*>(s);
-                        rows_o[b][c][k] = CLUSTER > 1 ? load_peer4(source, c) : *reinterpret_cast<const float4*>(source);
-                    }
+                for (int k = 0; k < KV_SPLIT; ++k) {
+                    part[b][k] = *reinterpret_cast<const float2*>(stats + 2 * (k * BLOCK_M + row));
+                    rows_o[b][k] = *reinterpret_cast<const float4*>(partial + (k * BLOCK_M + row) * o_ld + col);
+                }
             }
 #pragma unroll
             for (int b = 0; b < BATCH; ++b) {
-                const int e = first + b * THREADS, row = first_row + e / quads, col = e % quads * 4;
+                const int e = first + b * THREADS, row = e / quads, col = e % quads * 4;
                 if (e >= items) break;
                 if (p.q0 + row >= p.S) continue;
                 Partial merged = Partial::none();
 #pragma unroll
-                for (int c = 0; c < CLUSTER; ++c)
-#pragma unroll
-                    for (int k = 0; k < KV_SPLIT; ++k) merged.add(part[b][c][k], rows_o[b][c][k], p.logit_scale);
-#if GRID_SPLIT > 1
+                for (int k = 0; k < KV_SPLIT; ++k) merged.add(part[b][k], rows_o[b][k], p.logit_scale);
                 float* record = p.workspace + (size_t)(blockIdx.y * gridDim.x + blockIdx.x) * RECORD;
                 *reinterpret_cast<float4*>(record + row * D + col) = merged.o;
                 if (col == 0) *reinterpret_cast<float2*>(record + BLOCK_M * D + 2 * row) = make_float2(merged.top, merged.sum);
-#else
-                merged.write(O + (size_t)(p.q0 + row) * D + col);
-#endif
             }
         }
-#if CLUSTER > 1
-        cluster_sync();  // the other blocks may still be reading this block's partial results
-#endif
-#if GRID_SPLIT > 1
         grid_merge(O, p);
-#endif
 #endif
 #endif
     }

@@ -31,61 +31,122 @@ struct Partial {
     }
 };
 
-// The KV_SPLIT warps of a block that share a row group (no cluster, no grid split) merge through
-// the group's named barrier alone: the row groups finish independently. Each split leaves its
-// whole partial result in shared memory in its own register order (a float4 per lane and step:
-// conflict-free): its O, then per 16 rows (max, max, sum, sum) of its two row halves, the sums
-// already added over the quad. After the barrier every split weighs all the splits' rows (one
-// exponential per split and row) and merges and writes its own DT / KV_SPLIT column chunks of O.
+// The splits of a query block's rows merge as split-K softmax does. A row group's splits are its
+// KV_SPLIT warps in each of the CLUSTER blocks of a cluster: split k = rank * KV_SPLIT + the warp's split.
+// O's column chunks are dealt out, split k < OWNERS writing chunks k * OWN .. k * OWN + OWN - 1. Every
+// split sends each owner, into the owner's block, the (max, max, sum, sum) of its 16-row steps and the
+// chunks that owner writes, in its own register order (a float4 per lane and step: conflict-free). Each
+// owner then weighs every split (one exponential per split and row), adds, normalises and stores its
+// chunks. In one block the sends are plain stores and the row group's warps meet at a named barrier.
+// Across a cluster they are st.async stores, counted in bytes on an mbarrier of the receiving block per
+// row group, on which its owners wait: no cluster barrier (about 1500 cycles on the H100), and nothing
+// read across the cluster, so no block waits on another before it leaves. attention() initialises
+// those mbarriers at entry and arrives (relaxed) on the cluster barrier; merge() waits on it before the
+// first store into a peer, so every peer has started and initialised its barriers.
 template <int D, int MT, int GROUPS>  // GROUPS: row groups of 16 * MT rows, each of KV_SPLIT warps
 struct SplitMerge {
-    static constexpr int DT = D / 8, OWN = DT / KV_SPLIT, O_QUADS = MT * DT, RECORD = (O_QUADS + MT) * 32;
-    static_assert(DT % KV_SPLIT == 0, "every split merges whole column chunks");
+    static constexpr int SPLITS = KV_SPLIT * CLUSTER, DT = D / 8;
+    static constexpr int OWNERS = SPLITS < DT ? SPLITS : DT, OWN = DT / OWNERS;
+    static constexpr int O_QUADS = MT * DT, RECORD = (O_QUADS + MT) * 32;
+    static_assert(DT % OWNERS == 0, "every owner writes whole column chunks");
+    static_assert(GROUPS * 8 <= Plan<D>::merge_barrier_bytes || CLUSTER == 1, "an mbarrier per row group");
     using Fragments = float[MT][DT][4];
 
-    // shared memory: KV_SPLIT * GROUPS records of RECORD float4s (Plan's merge region holds them)
-    __device__ void merge(const Fragments& o, const float (&row_max)[MT][2], const float (&row_sum)[MT][2],
-                          float* region, half* O, const Problem& p, int row0, int split) {
-        const int lane = threadIdx.x % 32, group = row0 / (16 * MT);
-        float4* base = reinterpret_cast<float4*>(region) + group * RECORD + lane;  // split 0's record, this lane
-        float sums[MT][2];
+    // the owners that block b holds other than split k: how many, hence what k sends it
+    __device__ __forceinline__ static int owners_for(int b, int k) {
+        int count = 0;
 #pragma unroll
-        for (int m = 0; m < MT; ++m)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) sums[m][h] = row_sum[m][h];
-#pragma unroll
-        for (int offset = 1; offset < 4; offset *= 2)  // the quad sharing a row, both halves side by side
-#pragma unroll
-            for (int m = 0; m < MT; ++m)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) sums[m][h] += __shfl_xor_sync(0xffffffffu, sums[m][h], offset);
-        float4* mine = base + split * GROUPS * RECORD;
-#pragma unroll
-        for (int m = 0; m < MT; ++m) {
-#pragma unroll
-            for (int d = 0; d < DT; ++d) mine[(m * DT + d) * 32] = make_float4(o[m][d][0], o[m][d][1], o[m][d][2], o[m][d][3]);
-            mine[(O_QUADS + m) * 32] = make_float4(row_max[m][0], row_max[m][1], sums[m][0], sums[m][1]);
-        }
-        named_barrier_sync(1 + group, KV_SPLIT * 32);
-        // the rest with this split's index a template argument (its fragments stay in registers)
-        if (split == 0) write_columns<0>(o, base, O, p, row0);
-        if (KV_SPLIT > 1 && split == 1) write_columns<(KV_SPLIT > 1 ? 1 : 0)>(o, base, O, p, row0);
-        if (KV_SPLIT > 2 && split == 2) write_columns<(KV_SPLIT > 2 ? 2 : 0)>(o, base, O, p, row0);
-        if (KV_SPLIT > 3 && split == 3) write_columns<(KV_SPLIT > 3 ? 3 : 0)>(o, base, O, p, row0);
+        for (int j = b * KV_SPLIT; j < (b + 1) * KV_SPLIT && j < OWNERS; ++j) count += j != k;
+        return count;
     }
 
-    // column chunks SPLIT * OWN .. + OWN of the group's rows: every split's statistics and chunks
+    // bytes the splits send into block b for one row group (the owners there wait for them)
+    __device__ __forceinline__ static unsigned bytes_into(int b) {
+        unsigned bytes = 0;
+#pragma unroll
+        for (int k = 0; k < SPLITS; ++k) {
+            const int owners = owners_for(b, k);
+            if (owners > 0) bytes += (MT + MT * OWN * owners) * 32 * 16;
+        }
+        return bytes;
+    }
+
+    // shared memory: SPLITS * GROUPS records of RECORD float4s (Plan's merge region holds them), then
+    // with CLUSTER > 1 the row groups' mbarriers
+    __device__ void merge(const Fragments& o, const float (&row_max)[MT][2], const float (&row_sum)[MT][2],
+                          float* region, half* O, const Problem& p, int row0, int split) {
+        const int lane = threadIdx.x % 32, group = row0 / (16 * MT), k = p.rank * KV_SPLIT + split;
+        float4* base = reinterpret_cast<float4*>(region) + group * RECORD + lane;  // split 0's record, this lane
+        uint64_t* landed = barriers(region) + group;  // CLUSTER > 1: this row group's records are in
+        float4 stats[MT];
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+            float sums[2] = {row_sum[m][0], row_sum[m][1]};
+#pragma unroll
+            for (int offset = 1; offset < 4; offset *= 2)  // the quad sharing a row, both halves side by side
+#pragma unroll
+                for (int h = 0; h < 2; ++h) sums[h] += __shfl_xor_sync(0xffffffffu, sums[h], offset);
+            stats[m] = make_float4(row_max[m][0], row_max[m][1], sums[0], sums[1]);
+        }
+        if constexpr (CLUSTER > 1) {
+            cluster_wait();  // every peer has started and initialised its barriers
+            if (split == 0 && lane == 0 && owners_for(p.rank, -1) > 0) barrier_expect_bytes(landed, bytes_into(p.rank));
+        }
+        float4* mine = base + k * GROUPS * RECORD;  // this split's record, in every block it sends to
+#pragma unroll
+        for (int b = 0; b < CLUSTER; ++b) {  // the owners in block b: splits b * KV_SPLIT ..
+            if (owners_for(b, k) == 0) continue;
+            const unsigned to = CLUSTER > 1 ? peer_address(mine, b) : 0u, bar = CLUSTER > 1 ? peer_address(landed, b) : 0u;
+            auto send = [&](int step, float4 v) {  // step: a float4 of the record, 32 lanes apart
+                if constexpr (CLUSTER > 1) store_async4(to + step * 32 * 16, v, bar);
+                else mine[step * 32] = v;
+            };
+#pragma unroll
+            for (int m = 0; m < MT; ++m) send(O_QUADS + m, stats[m]);
+#pragma unroll
+            for (int j = b * KV_SPLIT; j < (b + 1) * KV_SPLIT && j < OWNERS; ++j) {
+                if (j == k) continue;
+#pragma unroll
+                for (int m = 0; m < MT; ++m)
+#pragma unroll
+                    for (int c = 0; c < OWN; ++c) {
+                        const int d = j * OWN + c;
+                        send(m * DT + d, make_float4(o[m][d][0], o[m][d][1], o[m][d][2], o[m][d][3]));
+                    }
+            }
+        }
+        if constexpr (CLUSTER == 1) named_barrier_sync(1 + group, KV_SPLIT * 32);
+        if (k >= OWNERS) return;  // sent all it had
+        if constexpr (CLUSTER > 1) barrier_wait(landed, 0);  // every other split's records are in
+        write_owned(o, stats, base, O, p, row0, k, std::make_integer_sequence<int, OWNERS>{});
+    }
+
+    // the row groups' mbarriers after the records (CLUSTER > 1)
+    __device__ __forceinline__ static uint64_t* barriers(float* region) {
+        return reinterpret_cast<uint64_t*>(reinterpret_cast<unsigned char*>(region) + Plan<D>::merge_bytes -
+                                           Plan<D>::merge_barrier_bytes);
+    }
+
+    // split k, if an owner, writes its chunks (its index a template argument: its fragments stay in registers)
+    template <int... OWNER>
+    __device__ __forceinline__ void write_owned(const Fragments& o, const float4 (&stats)[MT], const float4* records,
+                                                half* O, const Problem& p, int row0, int k,
+                                                std::integer_sequence<int, OWNER...>) const {
+        ((k == OWNER ? write_columns<OWNER>(o, stats, records, O, p, row0) : void()), ...);
+    }
+
+    // column chunks SPLIT * OWN .. + OWN of the group's rows: every other split's statistics and chunks
     // loaded at once, weighed (one exponential per split and row), added, normalised and stored
     template <int SPLIT>
-    __device__ __forceinline__ void write_columns(const Fragments& o, const float4* records, half* O, const Problem& p,
-                                                  int row0) const {
+    __device__ __forceinline__ void write_columns(const Fragments& o, const float4 (&own)[MT], const float4* records,
+                                                  half* O, const Problem& p, int row0) const {
         const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-        float4 stats[KV_SPLIT][MT], theirs[KV_SPLIT][MT][OWN];
+        float4 stats[SPLITS][MT], theirs[SPLITS][MT][OWN];
 #pragma unroll
-        for (int k = 0; k < KV_SPLIT; ++k)
+        for (int k = 0; k < SPLITS; ++k)
 #pragma unroll
             for (int m = 0; m < MT; ++m) {
-                stats[k][m] = records[k * GROUPS * RECORD + (O_QUADS + m) * 32];
+                stats[k][m] = k == SPLIT ? own[m] : records[k * GROUPS * RECORD + (O_QUADS + m) * 32];
 #pragma unroll
                 for (int j = 0; j < OWN; ++j)
                     if (k != SPLIT) theirs[k][m][j] = records[k * GROUPS * RECORD + (m * DT + SPLIT * OWN + j) * 32];
@@ -95,11 +156,11 @@ struct SplitMerge {
         for (int m = 0; m < MT; ++m)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                float top = -CUDART_INF_F, sum = 0.f, weight[KV_SPLIT];
+                float top = -CUDART_INF_F, sum = 0.f, weight[SPLITS];
 #pragma unroll
-                for (int k = 0; k < KV_SPLIT; ++k) top = fmaxf(top, h ? stats[k][m].y : stats[k][m].x);
+                for (int k = 0; k < SPLITS; ++k) top = fmaxf(top, h ? stats[k][m].y : stats[k][m].x);
 #pragma unroll
-                for (int k = 0; k < KV_SPLIT; ++k) {  // a split that saw no key of the row (max -inf) adds nothing
+                for (int k = 0; k < SPLITS; ++k) {  // a split that saw no key of the row (max -inf) adds nothing
                     const float split_max = h ? stats[k][m].y : stats[k][m].x;
                     weight[k] = split_max == -CUDART_INF_F ? 0.f : exp_base((split_max - top) * p.logit_scale);
                     sum += (h ? stats[k][m].w : stats[k][m].z) * weight[k];
@@ -110,7 +171,7 @@ struct SplitMerge {
                     const int d = SPLIT * OWN + j;
                     float x = o[m][d][2 * h] * weight[SPLIT], y = o[m][d][2 * h + 1] * weight[SPLIT];
 #pragma unroll
-                    for (int k = 0; k < KV_SPLIT; ++k)
+                    for (int k = 0; k < SPLITS; ++k)
                         if (k != SPLIT) {
                             x += (h ? theirs[k][m][j].z : theirs[k][m][j].x) * weight[k];
                             y += (h ? theirs[k][m][j].w : theirs[k][m][j].y) * weight[k];

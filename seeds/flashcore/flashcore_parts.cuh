@@ -4,6 +4,7 @@
 #include <math_constants.h>
 #include <mma.h>
 #include <stdint.h>
+#include <utility>
 
 // Each head dimension has its own key tile and warp count (the build passes BLOCK_N_D64, WARPS_D64,
 // BLOCK_N_D128, WARPS_D128). These names read the template parameter D of the function or struct
@@ -168,11 +169,15 @@ struct Plan {
     static constexpr int o_ld = D + 4;        // floats per O row (WMMA P V keeps O in shared memory)
     static constexpr int q_bytes = align128(BLOCK_M * T::ld * 2);
     static constexpr int kv_bytes = align128(KV_ROWS * T::ld * 2);  // one K or V stage
-    // fused path with KV_SPLIT, CLUSTER or GRID_SPLIT > 1: each split's unnormalised O, row max and row sum
-    // (rows padded to D + 4 floats, then (max, sum) a row; the in-block SplitMerge's records, O and
-    // (max, max, sum, sum) a lane per 16 rows, take KV_SPLIT * BLOCK_M * (D + 8) floats of it)
+    // fused path with KV_SPLIT, CLUSTER or GRID_SPLIT > 1: the partial results of the splits of the block's
+    // rows (KV_SPLIT * CLUSTER of them): SplitMerge's records, O and (max, max, sum, sum) a lane per 16 rows,
+    // KV_SPLIT * CLUSTER * BLOCK_M * (D + 8) floats; or, with GRID_SPLIT, each warp split's O in rows padded
+    // to D + 4 floats, then (max, sum) a row. Last, with CLUSTER > 1, SplitMerge's mbarriers (one per row group)
+    static constexpr int merge_barrier_bytes = SOFTMAX == 1 && CLUSTER > 1 ? 128 : 0;
     static constexpr int merge_bytes = SOFTMAX == 1 && (KV_SPLIT > 1 || BLOCK_SPLIT > 1)
-        ? align128(KV_SPLIT * BLOCK_M * (D + 4) * 4) + align128(4 * KV_SPLIT * BLOCK_M * 4) : 0;
+        ? align128(KV_SPLIT * CLUSTER * BLOCK_M * (D + 4) * 4) + align128(4 * KV_SPLIT * CLUSTER * BLOCK_M * 4) +
+              merge_barrier_bytes
+        : 0;
     static constexpr int s_bytes = SOFTMAX == 0 ? align128(BLOCK_M * s_ld * 4) : 0;
     static constexpr int p_bytes = SOFTMAX == 0 && PV != 0 ? align128(BLOCK_M * p_ld * 2) : 0;
     static constexpr int o_bytes = SOFTMAX == 0 && PV == 1 ? align128(BLOCK_M * o_ld * 4) : 0;

@@ -72,7 +72,10 @@ def shared_bytes(g, head_dim: int) -> int:
     if kv_share(g, head_dim) > 1 or g["stage_wait"] == "mbarrier":
         total += _align128(3 * STAGES[g["kv_loads"]] * 8)  # full K, full V and empty mbarriers a stage
     if split > 1 or g["cluster_kv_split"] > 1 or g["grid_kv_split"] > 1:
-        total += _align128(split * bm * (head_dim + 4) * 4) + _align128(4 * split * bm * 4)
+        splits = split * g["cluster_kv_split"]  # every split's partial rows, in each block
+        total += _align128(splits * bm * (head_dim + 4) * 4) + _align128(4 * splits * bm * 4)
+        if g["cluster_kv_split"] > 1 and g["softmax"] == "registers":
+            total += 128  # the merge's mbarriers
     if g["softmax"] == "smem":
         total += _align128(bm * (bn + 4) * 4) + _align128(3 * bm * 4)
         if g["pv"] != "scalar":
