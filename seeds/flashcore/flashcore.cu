@@ -61,7 +61,7 @@ struct StageBarriers {
                 barrier_init(full_v + b, full_count);
                 barrier_init(empty + b, empty_count);
             }
-            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+            barrier_init_fence();
         }
     }
 
@@ -227,8 +227,7 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
 #if SOFTMAX == 1 && CLUSTER > 1
     // SplitMerge's mbarriers, then this block's arrival on the cluster barrier its merge waits on
     if (threadIdx.x == 0) {
-        uint64_t* merge_barriers = reinterpret_cast<uint64_t*>(smem + P_::bytes - P_::merge_barrier_bytes);
-        for (int b = 0; b < P_::merge_barrier_bytes / 8; ++b) barrier_init(merge_barriers + b, 1);
+        for (int b = 0; b < P_::merge_barrier_bytes / 8; ++b) barrier_init(P_::merge_barriers(smem) + b, 1);
         barrier_init_fence();
     }
     cluster_arrive_relaxed();

@@ -281,7 +281,8 @@ struct Fused {
         // the splits' partial rows and their (max, sum) meet in shared memory (Plan<D>'s merge region)
         float* partial = reinterpret_cast<float*>(smem + Plan<D>::bytes - Plan<D>::merge_bytes);
 #if GRID_SPLIT == 1
-        SplitMerge<D, MT, ROW_GROUPS>().merge(o, row_max, row_sum, partial, O, p, row0, split);
+        SplitMerge<D, MT, ROW_GROUPS>().merge(o, row_max, row_sum, partial, Plan<D>::merge_barriers(smem), O, p, row0,
+                                              split);
 #else
         // every split (warps sharing rows) leaves its unnormalised O, raw row max and row sum in shared
         // memory; the rows are then merged as split-K softmax does into this block's record of the

@@ -71,13 +71,13 @@ struct SplitMerge {
         return bytes;
     }
 
-    // shared memory: SPLITS * GROUPS records of RECORD float4s (Plan's merge region holds them), then
-    // with CLUSTER > 1 the row groups' mbarriers
+    // region: SPLITS * GROUPS records of RECORD float4s (Plan's merge region); barriers: with CLUSTER > 1,
+    // the row groups' mbarriers (Plan::merge_barriers)
     __device__ void merge(const Fragments& o, const float (&row_max)[MT][2], const float (&row_sum)[MT][2],
-                          float* region, half* O, const Problem& p, int row0, int split) {
+                          float* region, uint64_t* barriers, half* O, const Problem& p, int row0, int split) {
         const int lane = threadIdx.x % 32, group = row0 / (16 * MT), k = p.rank * KV_SPLIT + split;
         float4* base = reinterpret_cast<float4*>(region) + group * RECORD + lane;  // split 0's record, this lane
-        uint64_t* landed = barriers(region) + group;  // CLUSTER > 1: this row group's records are in
+        uint64_t* landed = barriers + group;  // CLUSTER > 1: this row group's records are in
         float4 stats[MT];
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
@@ -119,12 +119,6 @@ struct SplitMerge {
         if (k >= OWNERS) return;  // sent all it had
         if constexpr (CLUSTER > 1) barrier_wait(landed, 0);  // every other split's records are in
         write_owned(o, stats, base, O, p, row0, k, std::make_integer_sequence<int, OWNERS>{});
-    }
-
-    // the row groups' mbarriers after the records (CLUSTER > 1)
-    __device__ __forceinline__ static uint64_t* barriers(float* region) {
-        return reinterpret_cast<uint64_t*>(reinterpret_cast<unsigned char*>(region) + Plan<D>::merge_bytes -
-                                           Plan<D>::merge_barrier_bytes);
     }
 
     // split k, if an owner, writes its chunks (its index a template argument: its fragments stay in registers)

@@ -186,6 +186,11 @@ struct Plan {
     static constexpr int barrier_bytes = KV_SHARE > 1 || (STAGE_WAIT == 1 && SOFTMAX == 1 && STAGES > 1) ? align128(3 * STAGES * 8) : 0;
     static constexpr int bytes = q_bytes + 2 * STAGES * kv_bytes + s_bytes + p_bytes + o_bytes + stat_bytes +
                                  barrier_bytes + merge_bytes;
+
+    // SplitMerge's mbarriers (CLUSTER > 1): the last merge_barrier_bytes of the block's shared memory
+    __device__ static uint64_t* merge_barriers(unsigned char* smem) {
+        return reinterpret_cast<uint64_t*>(smem + bytes - merge_barrier_bytes);
+    }
 };
 
 struct Problem {

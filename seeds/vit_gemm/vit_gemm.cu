@@ -139,7 +139,7 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
             barrier_init(table_full + c, 1);
             barrier_init(staging_free + c, 1);
         }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        barrier_init_fence();
     }
 #if CLUSTER > 1
     cluster_sync();  // every block's barriers exist before any block multicasts or arrives into it
