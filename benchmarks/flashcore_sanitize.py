@@ -6,7 +6,8 @@
 The genomes: the bounded 0.5x run's best and second best, SHARED_STAGES (TMA multicast, mbarriers),
 LARGE_TILES, cluster key splits of 2 and 4 (the merge's st.async stores into the peers, on mbarriers),
 one of 2 blocks x 2 warps (stores into the own block as well), grid key splits of 2 and 4 (global workspace,
-tickets) and the seed; shapes with and without tails,
+tickets), the mission design point with TMA stages (3 and 2, the stages refilled on long shapes) and with
+the overlap of tiles, and the seed; shapes with and without tails,
 causal and not, D = 64 and 128. Outputs are NaN-poisoned before each launch.
 """
 import sys
@@ -16,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _reporting import launch_each
 from seeds import get_family
 from seeds.flashcore.spec import attention_shape
-from test_flashcore import CLUSTER_SPLIT, CLUSTER_WARP_SPLIT, GRID_SPLIT, LARGE_TILES, SHARED_STAGES
+from test_flashcore import CLUSTER_SPLIT, CLUSTER_WARP_SPLIT, GRID_SPLIT, LARGE_TILES, OVERLAP, SHARED_STAGES, TMA_STAGES
 
 fam = get_family("flashcore")
 best = fam.space.genome({"block_m": 32, "block_n_d128": 32, "block_n_d64": 64, "cluster_kv_split": 1, "exp2": True, "kv_loads": "cp_async2", "kv_split": 4, "layout": "swizzled", "pv": "mma", "q_in_registers": True, "qk": "mma", "reduce": "shuffle", "softmax": "registers", "warps_d128": 8, "warps_d64": 8, "kv_share_d64": 1})
@@ -24,7 +25,9 @@ second = best.replace(block_n_d64=128, kv_loads="cp_async3", kv_split=2, warps_d
 genomes = {"search best (bounded run)": best, "2nd best": second, "SHARED_STAGES": SHARED_STAGES,
            "LARGE_TILES": LARGE_TILES, "cluster split 2": CLUSTER_SPLIT,
            "cluster split 4": CLUSTER_SPLIT.replace(cluster_kv_split=4), "cluster 2 x warps 2": CLUSTER_WARP_SPLIT,
-           "grid split 2": GRID_SPLIT, "grid split 4": GRID_SPLIT.replace(grid_kv_split=4), "seed": fam.seed_genomes[0]}
+           "grid split 2": GRID_SPLIT, "grid split 4": GRID_SPLIT.replace(grid_kv_split=4), "TMA stages": TMA_STAGES,
+           "TMA overlap": OVERLAP, "TMA overlap x2, 64 keys": OVERLAP.replace(kv_loads="cp_async2", block_n_d64=64),
+           "seed": fam.seed_genomes[0]}
 shapes = [attention_shape("mission", 1, 8, 512, 64), attention_shape("ragged", 2, 4, 300, 64, causal=True),
-          attention_shape("d128", 1, 8, 512, 128), attention_shape("d128ragged", 1, 2, 200, 128, causal=True)]
+          attention_shape("long", 1, 2, 2048, 64), attention_shape("d128", 1, 8, 512, 128), attention_shape("d128ragged", 1, 2, 200, 128, causal=True)]
 launch_each(fam, genomes, shapes, max_abs_error=0.02)

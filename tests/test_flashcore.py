@@ -32,6 +32,10 @@ CLUSTER_WARP_SPLIT = MISSION.replace(block_m=64, cluster_kv_split=2, kv_loads="c
 # wgmma at D = 64: two warpgroups (key splits) of 64 rows over the mission's 32 query rows (half of
 # each is padding); and one warpgroup on 64 query rows, the large-shape design point
 WGMMA_PADDED = MISSION.replace(wgmma_d64=True, warps_d64=8)
+# the mission design point with Q and its K/V stages brought in by TMA, and with Q K^T of each warp's next
+# tile beside the softmax and P V of its current one
+TMA_STAGES = MISSION.replace(tma_stages_d64=True)
+OVERLAP = TMA_STAGES.replace(overlap_tiles=True)
 WGMMA_ROWS = FA2_LIKE.replace(block_n_d64=128, wgmma_d64=True, kv_loads="cp_async3", block_n_d128=32, warps_d128=4)
 
 
@@ -52,7 +56,8 @@ def test_every_knob_value_compiles_and_the_design_points_pass_the_screen(cache_d
     builder = Builder(BuildConfig(cache_dir))
     for genome in [FAMILY.seed_genomes[0], FA2_LIKE, LARGE_TILES, FA2_LIKE.replace(block_m=16, kv_split=4),
                    SHARED_STAGES, GRID_SPLIT, MISSION, ANNOUNCED, WGMMA_PADDED, WGMMA_ROWS,
-                   WGMMA_ROWS.replace(block_n_d64=64), WGMMA_PADDED.replace(kv_loads="plain")]:
+                   WGMMA_ROWS.replace(block_n_d64=64), WGMMA_PADDED.replace(kv_loads="plain"), TMA_STAGES, OVERLAP,
+                   OVERLAP.replace(kv_loads="cp_async2", q_in_registers=False), TMA_STAGES.replace(wgmma_d64=True, warps_d64=8)]:
         recipe = FAMILY.build_recipe(genome)
         result = screen(builder.build(genome.id, recipe), recipe.output, FAMILY.screen_limits)
         assert result.status is Status.OK, f"{genome}: {result.message}"
@@ -96,10 +101,17 @@ def test_constraints_exclude_what_the_kernel_cannot_build():
     assert not space.is_valid(WGMMA_PADDED.replace(layout="padded"))  # wgmma reads the 128-byte swizzle
     assert not space.is_valid(WGMMA_PADDED.replace(stage_wait="mbarrier"))  # its stages are fenced before a barrier
     assert not space.is_valid(GRID_SPLIT.replace(wgmma_d64=True))
+    assert space.is_valid(TMA_STAGES) and space.is_valid(OVERLAP) and space.is_valid(TMA_STAGES.replace(layout="plain"))
+    assert not space.is_valid(MISSION.replace(overlap_tiles=True))  # the overlap runs on TMA stages
+    assert not space.is_valid(TMA_STAGES.replace(layout="padded"))  # the TMA writes rows unpadded
+    assert not space.is_valid(TMA_STAGES.replace(stage_wait="mbarrier"))  # its stages have their own barriers
+    assert not space.is_valid(TMA_STAGES.replace(block_m=64, cluster_kv_split=2))  # the block alone on its rows
+    assert not space.is_valid(TMA_STAGES.replace(block_n_d64=128, kv_split=4, warps_d64=8))  # 512 rows: not one box
+    assert not space.is_valid(OVERLAP.replace(wgmma_d64=True, warps_d64=8))  # mma.sync fragments only
 
 
 def test_shared_stages_launch_whole_clusters_at_d64_only():
-    from seeds.flashcore.spec import grid, shared_bytes
+    from seeds.flashcore.space import grid, shared_bytes
 
     assert grid(SHARED_STAGES, 300, 8, 64) == (10, 8)  # 300 rows / 32 = 10 query blocks: whole pairs
     assert grid(SHARED_STAGES.replace(kv_share_d64=4), 300, 8, 64) == (12, 8)  # rounded up to whole clusters
@@ -109,7 +121,7 @@ def test_shared_stages_launch_whole_clusters_at_d64_only():
 
 
 def test_grid_split_launches_its_blocks_and_sizes_its_workspace():
-    from seeds.flashcore.spec import grid, grid_workspace, shared_bytes
+    from seeds.flashcore.space import grid, grid_workspace, shared_bytes
 
     assert grid(GRID_SPLIT, 512, 8, 64) == (16, 8)  # 8 query blocks of 64 rows, 2 blocks each
     assert grid(GRID_SPLIT.replace(grid_kv_split=4), 300, 8, 128) == (20, 8)  # 5 query blocks
@@ -121,13 +133,13 @@ def test_grid_split_launches_its_blocks_and_sizes_its_workspace():
 
 
 def test_runs_stored_before_the_cluster_grid_and_stage_wait_knobs_read_as_without_them():
-    later = ("kv_share_d64", "grid_kv_split", "stage_wait", "wgmma_d64")
+    later = ("kv_share_d64", "grid_kv_split", "stage_wait", "wgmma_d64", "tma_stages_d64", "overlap_tiles")
     stored = {k: v for k, v in FA2_LIKE.as_dict().items() if k not in later}
     assert FAMILY.space.genome(stored) == FA2_LIKE
 
 
 def test_cluster_split_holds_every_split_record_and_the_merge_barriers():
-    from seeds.flashcore.spec import shared_bytes
+    from seeds.flashcore.space import shared_bytes
 
     # D = 64: Q 64 x 64 halves, 2 stages of 64-key K and V tiles, then the records of the cluster's 2
     # splits (64 rows of 68 floats, and 4 floats a row) and 128 bytes of mbarriers
@@ -137,10 +149,19 @@ def test_cluster_split_holds_every_split_record_and_the_merge_barriers():
 
 
 def test_announced_stages_carve_out_their_barriers():
-    from seeds.flashcore.spec import shared_bytes
+    from seeds.flashcore.space import shared_bytes
 
     for d in (64, 128):  # full K, full V and empty mbarriers of 3 stages: 72 bytes, one 128-byte region
         assert shared_bytes(ANNOUNCED, d) == shared_bytes(MISSION, d) + 128
+
+
+def test_tma_stages_carve_out_their_barriers_at_d64_only():
+    from seeds.flashcore.space import shared_bytes
+
+    # full K and full V of 3 stages and the Q tile's: 56 bytes, one 128-byte region
+    assert shared_bytes(TMA_STAGES, 64) == shared_bytes(MISSION, 64) + 128
+    assert shared_bytes(OVERLAP, 64) == shared_bytes(TMA_STAGES, 64)
+    assert shared_bytes(TMA_STAGES, 128) == shared_bytes(MISSION, 128)  # the D = 128 kernel copies by cp.async
 
 
 @pytest.mark.gpu
@@ -151,7 +172,10 @@ def test_sampled_genomes_are_correct_on_every_shape(tmp_path):
     for genome in [FAMILY.seed_genomes[0], FA2_LIKE, LARGE_TILES, SHARED_STAGES, GRID_SPLIT,
                    GRID_SPLIT.replace(grid_kv_split=4), MISSION, ANNOUNCED, GRID_SPLIT.replace(stage_wait="mbarrier"),
                    WGMMA_PADDED, WGMMA_ROWS, WGMMA_ROWS.replace(block_n_d64=64), CLUSTER_SPLIT,
-                   CLUSTER_SPLIT.replace(cluster_kv_split=4), CLUSTER_WARP_SPLIT, *covering_sample(FAMILY.space, seed=1)]:
+                   CLUSTER_SPLIT.replace(cluster_kv_split=4), CLUSTER_WARP_SPLIT, TMA_STAGES, OVERLAP,
+                   OVERLAP.replace(kv_loads="cp_async2", q_in_registers=False), OVERLAP.replace(block_n_d64=64),
+                   TMA_STAGES.replace(layout="plain", block_m=64), TMA_STAGES.replace(wgmma_d64=True, warps_d64=8),
+                   *covering_sample(FAMILY.space, seed=1)]:
         recipe = FAMILY.build_recipe(genome)
         build = builder.build(genome.id, recipe)
         result = evaluator.evaluate(genome, build, screen(build, recipe.output, FAMILY.screen_limits))
@@ -170,9 +194,11 @@ def test_sampled_genomes_are_correct_on_every_shape(tmp_path):
 
 
 @pytest.mark.gpu
-def test_exported_grid_split_kernel_checks_itself_in_a_fresh_process(tmp_path):
-    """The export carries the grid split's workspace and tickets: its self-check verifies and times
-    every shape (graph replays included), then three calls in a row on a long, few-head shape."""
+@pytest.mark.parametrize("genome", [GRID_SPLIT.replace(grid_kv_split=4), OVERLAP], ids=["grid_split", "tma_overlap"])
+def test_exported_kernel_checks_itself_in_a_fresh_process(tmp_path, genome):
+    """The export carries what the kernel needs beyond its cubin (the grid split's workspace and
+    tickets; the TMA stages' tensor maps of Q, K and V): its self-check verifies and times every shape
+    (graph replays included), then three calls in a row on a long, few-head shape."""
     import subprocess
     import sys
 
@@ -182,7 +208,6 @@ def test_exported_grid_split_kernel_checks_itself_in_a_fresh_process(tmp_path):
     db = tmp_path / "evo.db"
     store = Store(Database(resolve_url(str(db))).open())
     run = store.create_run(family="flashcore", strategy="evolution", target=None, seed=0, config={})
-    genome = GRID_SPLIT.replace(grid_kv_split=4)
     ids = store.add_individuals(run, [NewIndividual(genome.id, genome.as_dict(), 0, "seed")])
     recipe = FAMILY.build_recipe(genome)
     build = Builder(BuildConfig(tmp_path / "cache")).build(genome.id, recipe)

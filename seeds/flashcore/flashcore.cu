@@ -39,6 +39,10 @@
 //                   (consecutive query blocks of one head) share every K/V stage; each brings in
 //                   1 / KV_SHARE of its rows with a TMA copy multicast to the whole cluster, on
 //                   mbarriers (read as KV_SHARE inside code templated on D; 1 for D = 128)
+//   TMA_STAGES_D64  D = 64 kernel, fused path: thread 0 brings the Q tile and every K/V stage in by TMA box
+//                   copies on mbarriers (flashcore_tma.cuh; read as TMA_STAGES inside code templated on D)
+//   OVERLAP         with TMA stages: each warp computes Q K^T of its next tile in one stretch of code
+//                   with the softmax and P V of the current one
 
 
 // The full K, full V and empty mbarriers of every stage, in Plan<D>'s barrier region; thread 0
@@ -215,14 +219,17 @@ __device__ void announced_stage_loop(Engine& engine, unsigned char* smem, const 
 
 template <int D>
 __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K, const half* __restrict__ V,
-                          half* __restrict__ O, int S, int causal, float scale, const TensorMap* k_map,
-                          const TensorMap* v_map, float* workspace, unsigned* tickets) {
+                          half* __restrict__ O, int S, int causal, float scale, const TensorMap* q_map,
+                          const TensorMap* k_map, const TensorMap* v_map, float* workspace, unsigned* tickets) {
     using P_ = Plan<D>;
     extern __shared__ __align__(128) unsigned char smem[];
     half* Qs = reinterpret_cast<half*>(smem);
     half* Ks = reinterpret_cast<half*>(smem + P_::q_bytes);
     half* Vs = reinterpret_cast<half*>(smem + P_::q_bytes + STAGES * P_::kv_bytes);
     constexpr int kv_tile = P_::kv_bytes / 2;  // halves between consecutive K (or V) buffers
+#if TMA_STAGES_D64
+    TmaStages<D> tma_stages(smem, Qs, Ks, Vs, q_map, k_map, v_map);  // its first copies go out now
+#endif
 
 #if SOFTMAX == 1 && CLUSTER > 1
     // SplitMerge's mbarriers, then this block's arrival on the cluster barrier its merge waits on
@@ -250,8 +257,10 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
 
 #if STAGES > 1
     // the Q tile is the first cp.async group, so its latency overlaps the K/V prologue's
-    copy_rows_async<D, BLOCK_M>(Qs, Q + head + (size_t)p.q0 * D, S - p.q0, Q + head);
-    cp_async_commit();
+    if (!TMA_STAGES) {
+        copy_rows_async<D, BLOCK_M>(Qs, Q + head + (size_t)p.q0 * D, S - p.q0, Q + head);
+        cp_async_commit();
+    }
 #else
     load_rows<D>(Qs, Q + head + (size_t)p.q0 * D, min(BLOCK_M, S - p.q0), BLOCK_M);
 #endif
@@ -274,6 +283,13 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
     announced_stage_loop<D>(engine, smem, Qs, Ks, Vs, p, tiles, first_key);
     engine.finish(O + head, p, smem);
     return;
+#endif
+#if TMA_STAGES_D64
+    if constexpr (TMA_STAGES) {
+        tma_stage_loop<D>(engine, tma_stages, smem, Qs, p, tiles);
+        engine.finish(O + head, p, smem);
+        return;
+    }
 #endif
     // K and V of a stage are separate cp.async groups: Q K^T and the softmax run while V lands.
     // Tiles that wgmma reads (the async proxy) are fenced by each thread that wrote them (the generic
@@ -332,20 +348,21 @@ __device__ void attention(const half* __restrict__ Q, const half* __restrict__ K
 #define CLUSTER_D128
 #endif
 
-// k_map and v_map: TMA descriptors of K and V, read only when the kernel shares K/V stages;
-// workspace and tickets: read only with GRID_SPLIT > 1 (sizes in spec.py's grid_workspace)
+// q_map, k_map and v_map: TMA descriptors of Q, K and V, read only by a kernel with TMA stages (q_map
+// too) or shared K/V stages; workspace and tickets: read only with GRID_SPLIT > 1 (sizes in spec.py's
+// grid_workspace)
 extern "C" __global__ void CLUSTER_D64 __launch_bounds__(WARPS_D64 * 32)
 flashcore_d64(const half* Q, const half* K, const half* V, half* O, int S, int causal, float scale,
-              const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map, float* workspace,
-              unsigned* tickets) {
-    attention<64>(Q, K, V, O, S, causal, scale, &k_map, &v_map, workspace, tickets);
+              const __grid_constant__ TensorMap q_map, const __grid_constant__ TensorMap k_map,
+              const __grid_constant__ TensorMap v_map, float* workspace, unsigned* tickets) {
+    attention<64>(Q, K, V, O, S, causal, scale, &q_map, &k_map, &v_map, workspace, tickets);
 }
 
 extern "C" __global__ void CLUSTER_D128 __launch_bounds__(WARPS_D128 * 32)
 flashcore_d128(const half* Q, const half* K, const half* V, half* O, int S, int causal, float scale,
-               const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map, float* workspace,
-               unsigned* tickets) {
-    attention<128>(Q, K, V, O, S, causal, scale, &k_map, &v_map, workspace, tickets);
+               const __grid_constant__ TensorMap q_map, const __grid_constant__ TensorMap k_map,
+               const __grid_constant__ TensorMap v_map, float* workspace, unsigned* tickets) {
+    attention<128>(Q, K, V, O, S, causal, scale, &q_map, &k_map, &v_map, workspace, tickets);
 }
 
 // what Plan<D> carves out, read back by the family's load() to check spec.py agrees

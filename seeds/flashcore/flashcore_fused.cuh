@@ -12,30 +12,6 @@
 // the swizzled stages (K K-major, V N-major). A warp whose 16 rows are padding takes part in the
 // wgmma and nothing else; the others are placed so that each scheduler has work.
 // ---------------------------------------------------------------------------------------------
-// op over the 2 * N values of row half h in a thread's S fragments (N a power of two), as a tree
-template <int N, typename Op>
-__device__ __forceinline__ float pair_tree(const float (&s)[N][4], int h, Op op) {
-    float v[N];
-#pragma unroll
-    for (int n = 0; n < N; ++n) v[n] = op(s[n][2 * h], s[n][2 * h + 1]);
-#pragma unroll
-    for (int step = 1; step < N; step *= 2)
-#pragma unroll
-        for (int i = 0; i < N; i += 2 * step) v[i] = op(v[i], v[i + step]);
-    return v[0];
-}
-
-// the A fragment (mma.sync's layout, also wgmma's from registers) of keys 16 k .. 16 k + 15 of P,
-// packed to fp16 from the S/P fragments of a thread's 16 rows: the C layout of two n-tiles is the A
-// layout of one k-step
-template <int N>
-__device__ __forceinline__ void probability_fragment(uint32_t (&a)[4], const float (&s)[N][4], int k) {
-    a[0] = pack_half2(s[2 * k][0], s[2 * k][1]);
-    a[1] = pack_half2(s[2 * k][2], s[2 * k][3]);
-    a[2] = pack_half2(s[2 * k + 1][0], s[2 * k + 1][1]);
-    a[3] = pack_half2(s[2 * k + 1][2], s[2 * k + 1][3]);
-}
-
 template <int D>
 struct Fused {
     using T = Tile<D>;
@@ -48,7 +24,11 @@ struct Fused {
     static_assert(!WG || (WARPS == 4 * KV_SPLIT && BLOCK_M <= 64 && LAYOUT == 2),
                   "wgmma: a warpgroup per key split, at most 64 rows, swizzled stages");
     float o[MT][DT][4];
-    float s[MT][NT][4];  // the current tile's scores, then probabilities
+    using Scores = float[MT][NT][4];
+    Scores s;  // the current tile's scores, then probabilities
+#if OVERLAP
+    Scores s_next;  // OVERLAP: the next tile's scores, computed beside the current tile's softmax
+#endif
     float row_max[MT][2], row_sum[MT][2];
 #if Q_REGS
     uint32_t q[MT][D / 16][4];  // (not with wgmma: see score)
@@ -57,7 +37,8 @@ struct Fused {
     int row0, split;
     bool real;  // this warp's rows are query rows (WG: not padding)
 
-    __device__ void init(unsigned char* smem, const half* q_tile) {
+    // q_landed: with TMA stages, the Q tile's mbarrier
+    __device__ void init(unsigned char* smem, const half* q_tile, uint64_t* q_landed = nullptr) {
         Qs = q_tile;
         split = threadIdx.x / 32 / GROUPS;
         // WG: split s puts its real row blocks at slots s * ROW_GROUPS, ... (mod 4): every scheduler gets some
@@ -78,12 +59,17 @@ struct Fused {
                 for (int e = 0; e < 4; ++e) o[m][d][e] = 0.f;
         }
 #if Q_REGS
+        if constexpr (TMA_STAGES) {
+            __syncthreads();  // the Q tile's mbarrier is initialised
+            barrier_wait(q_landed, 0);
+        } else {
 #if STAGES > 1
-        // the Q group (committed before the K and V groups of the prologue; the only group when the
-        // cluster shares the K/V stages, which arrive by bulk copies instead)
-        cp_async_wait<(KV_SHARE > 1 ? 0 : 2 * (STAGES - 1))>();
+            // the Q group (committed before the K and V groups of the prologue; the only group when the
+            // cluster shares the K/V stages, which arrive by bulk copies instead)
+            cp_async_wait<(KV_SHARE > 1 ? 0 : 2 * (STAGES - 1))>();
 #endif
-        __syncthreads();  // the Q tile has landed
+            __syncthreads();  // the Q tile has landed
+        }
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -107,6 +93,12 @@ struct Fused {
 
     // S = Q K^T for this warp's slice of the K stage, then the online softmax: s holds P
     __device__ void score(const half* Ks, const Problem& p, int kv0) {
+        score(Ks, p, kv0, [] {});
+    }
+
+    // the same, calling between() after Q K^T, before the softmax
+    template <typename Between>
+    __device__ void score(const half* Ks, const Problem& p, int kv0, Between between) {
         Ks += split * BLOCK_N * T::ld;  // this warp's slice of the stage (a multiple of 8 rows: same swizzle)
         kv0 += split * BLOCK_N;
 #if WGMMA_D64
@@ -125,15 +117,19 @@ struct Fused {
             wgmma_wait<0>();
             pin_registers(scores);
             pin_registers(reinterpret_cast<uint32_t(&)[D / 4]>(qa));
-            if (!real) return;  // padding rows: no softmax
+            if (!real) {  // padding rows: no softmax
+                between();
+                return;
+            }
         } else
 #endif
-            qk(Ks);
+            qk(Ks, s);
+        between();
         softmax(p, kv0);
     }
 
     // S = Q K^T by mma.sync, Ks this warp's slice of the stage
-    __device__ __forceinline__ void qk(const half* Ks) {
+    __device__ __forceinline__ void qk(const half* Ks, Scores& s) {
         const int lane = threadIdx.x % 32;
 #pragma unroll
         for (int m = 0; m < MT; ++m)
@@ -178,7 +174,9 @@ struct Fused {
         return kv0 + BLOCK_N > p.S || (p.causal && kv0 + BLOCK_N - 1 > p.q0 + row0);
     }
 
-    __device__ __forceinline__ void softmax_rows(const Problem& p) {
+    __device__ __forceinline__ void softmax_rows(const Problem& p) { softmax_rows(p, s); }
+
+    __device__ __forceinline__ void softmax_rows(const Problem& p, Scores& s) {
         const float scale = p.logit_scale;
         // A warp usually has its scheduler to itself, so nothing hides a chain of dependent
         // instructions: the two row halves go side by side, and maxima and sums are trees.
@@ -235,11 +233,11 @@ struct Fused {
             pin_registers(reinterpret_cast<uint32_t(&)[BLOCK_N / 4]>(a));
         } else
 #endif
-            pv(Vs);
+            pv(Vs, s);
     }
 
     // O += P V by mma.sync, Vs this warp's slice of the stage
-    __device__ __forceinline__ void pv(const half* Vs) {
+    __device__ __forceinline__ void pv(const half* Vs, const Scores& s) {
         const int lane = threadIdx.x % 32;
 #pragma unroll
         for (int k = 0; k < BLOCK_N / 16; ++k) {
@@ -258,6 +256,34 @@ struct Fused {
             }
         }
     }
+
+#if OVERLAP
+    // OVERLAP (FlashAttention-3's overlap within a warp): Q K^T of the warp's slice of a K stage into
+    // `into`, masked where the tile crosses S or the diagonal; its softmax comes with the next tile's Q K^T
+    __device__ void scores(const half* Ks, const Problem& p, int kv0, Scores& into) {
+        qk(Ks + split * BLOCK_N * T::ld, into);
+        mask_edge(into, p, kv0);
+    }
+
+    // -inf for the scores of the warp's slice of the stage from key kv0 past S or above the diagonal
+    __device__ __forceinline__ void mask_edge(Scores& into, const Problem& p, int kv0) const {
+        if (edge_tile(p, kv0 + split * BLOCK_N)) mask_scores(into, p, kv0 + split * BLOCK_N);
+    }
+
+    // the softmax of `ready` (an earlier tile's scores) and O += P V with its V stage, in one stretch of
+    // code with Q K^T of the next tile into `next`: the tensor cores multiply while the softmax runs
+    __device__ void overlapped(const half* Ks_next, const half* Vs, const Problem& p, Scores& ready, Scores& next) {
+        qk(Ks_next + split * BLOCK_N * T::ld, next);
+        softmax_rows(p, ready);
+        pv(Vs + split * BLOCK_N * T::ld, ready);
+    }
+
+    // the last tile: its softmax and P V alone
+    __device__ void last(const half* Vs, const Problem& p, Scores& ready) {
+        softmax_rows(p, ready);
+        pv(Vs + split * BLOCK_N * T::ld, ready);
+    }
+#endif
 
     __device__ void finish(half* O, const Problem& p, unsigned char* smem) {
         if (!real) return;  // WG: padding rows

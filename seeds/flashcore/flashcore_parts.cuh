@@ -15,6 +15,7 @@
 #define KV_ROWS (BLOCK_N * KV_SPLIT)  // key/value rows a pipeline stage holds (one tile per split)
 #define KV_SHARE (D == 64 ? KV_SHARE_D64 : 1)  // blocks of a cluster sharing the K/V stages
 #define BLOCK_SPLIT (CLUSTER * GRID_SPLIT)  // blocks sharing query rows (a cluster, or the grid; never both)
+#define TMA_STAGES (D == 64 && TMA_STAGES_D64)  // K/V stages by TMA boxes issued by one thread
 
 __host__ __device__ constexpr int align128(int bytes) { return (bytes + 127) / 128 * 128; }
 
@@ -153,6 +154,30 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
     return *reinterpret_cast<const uint32_t*>(&h);
 }
 
+// op over the 2 * N values of row half h in a thread's S fragments (N a power of two), as a tree
+template <int N, typename Op>
+__device__ __forceinline__ float pair_tree(const float (&s)[N][4], int h, Op op) {
+    float v[N];
+#pragma unroll
+    for (int n = 0; n < N; ++n) v[n] = op(s[n][2 * h], s[n][2 * h + 1]);
+#pragma unroll
+    for (int step = 1; step < N; step *= 2)
+#pragma unroll
+        for (int i = 0; i < N; i += 2 * step) v[i] = op(v[i], v[i + step]);
+    return v[0];
+}
+
+// the A fragment (mma.sync's layout, also wgmma's from registers) of keys 16 k .. 16 k + 15 of P,
+// packed to fp16 from the S/P fragments of a thread's 16 rows: the C layout of two n-tiles is the A
+// layout of one k-step
+template <int N>
+__device__ __forceinline__ void probability_fragment(uint32_t (&a)[4], const float (&s)[N][4], int k) {
+    a[0] = pack_half2(s[2 * k][0], s[2 * k][1]);
+    a[1] = pack_half2(s[2 * k][2], s[2 * k][3]);
+    a[2] = pack_half2(s[2 * k + 1][0], s[2 * k + 1][1]);
+    a[3] = pack_half2(s[2 * k + 1][2], s[2 * k + 1][3]);
+}
+
 // A fragment of rows row0..row0+15, columns col0..col0+15 of a Q tile
 template <int D>
 __device__ __forceinline__ void load_a(uint32_t* a, const half* tile, int row0, int col0) {
@@ -182,8 +207,9 @@ struct Plan {
     static constexpr int p_bytes = SOFTMAX == 0 && PV != 0 ? align128(BLOCK_M * p_ld * 2) : 0;
     static constexpr int o_bytes = SOFTMAX == 0 && PV == 1 ? align128(BLOCK_M * o_ld * 4) : 0;
     static constexpr int stat_bytes = SOFTMAX == 0 ? align128(3 * BLOCK_M * 4) : 0;
-    // K/V shared across a cluster: full (K), full (V) and empty mbarriers of every stage
-    static constexpr int barrier_bytes = KV_SHARE > 1 || (STAGE_WAIT == 1 && SOFTMAX == 1 && STAGES > 1) ? align128(3 * STAGES * 8) : 0;
+    // K/V shared across a cluster or announced on mbarriers: full (K), full (V) and empty mbarriers of every
+    // stage; K/V by TMA: full K and full V of every stage, then the Q tile's
+    static constexpr int barrier_bytes = KV_SHARE > 1 || TMA_STAGES || (STAGE_WAIT == 1 && SOFTMAX == 1 && STAGES > 1) ? align128(3 * STAGES * 8) : 0;
     static constexpr int bytes = q_bytes + 2 * STAGES * kv_bytes + s_bytes + p_bytes + o_bytes + stat_bytes +
                                  barrier_bytes + merge_bytes;
 
@@ -212,4 +238,11 @@ __device__ __forceinline__ void tensor_copy_multicast(void* dst, const TensorMap
     asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
                  "[%0], [%1, {%2, %3, %4}], [%5], %6;" ::"r"(smem_address(dst)), "l"(reinterpret_cast<uint64_t>(map)),
                  "r"(0), "r"(row), "r"(head), "r"(smem_address(bar)), "h"(mask) : "memory");
+}
+
+// the box of a 3-d tensor map at (column 0, row, head) into this block's shared memory, counted on `bar`
+__device__ __forceinline__ void tensor_copy(void* dst, const TensorMap* map, int row, int head, uint64_t* bar) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3, %4}], [%5];" ::"r"(smem_address(dst)), "l"(reinterpret_cast<uint64_t>(map)),
+                 "r"(0), "r"(row), "r"(head), "r"(smem_address(bar)) : "memory");
 }

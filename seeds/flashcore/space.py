@@ -1,0 +1,270 @@
+"""FlashCore's search space: the knobs, the constraints between them, the seed genome, and the geometry
+they imply (shared memory, grid, workspace) that the kernel's Plan<D> mirrors."""
+
+from __future__ import annotations
+
+from kernel_genome import Boolean, Choice, Constraint, PowerOfTwo, Space
+
+HEAD_DIMS = (64, 128)
+SMEM_LIMIT = 227 * 1024
+MAX_ACCUMULATORS = 64  # fp32 O accumulators a thread keeps in registers on the materialised path
+MAX_FRAGMENTS = 192  # fp32 S + O fragments a thread keeps in registers on the fused path
+ENGINES = ("scalar", "wmma", "mma")
+STAGES = {"plain": 1, "cp_async2": 2, "cp_async3": 3}
+
+
+def _align128(n: int) -> int:
+    return (n + 127) // 128 * 128
+
+
+def block_n(g, head_dim: int) -> int:
+    """Key/value rows per tile of the kernel for this head dimension."""
+    return g[f"block_n_d{head_dim}"]
+
+
+def warps(g, head_dim: int) -> int:
+    """Warps per block of the kernel for this head dimension."""
+    return g[f"warps_d{head_dim}"]
+
+
+def kv_rows(g, head_dim: int) -> int:
+    """Key/value rows of one pipeline stage (a tile for each warp sharing the query rows)."""
+    return block_n(g, head_dim) * g["kv_split"]
+
+
+def uses_wgmma(g, head_dim: int) -> bool:
+    """Whether this head dimension's kernel multiplies by wgmma (a warpgroup of 64 rows per key split)."""
+    return head_dim == 64 and g["wgmma_d64"]
+
+
+def rows_per_warp(g, head_dim: int) -> int:
+    """Query rows a warp owns on the fused path (warps sharing rows split the keys; wgmma: 16 of its
+    warpgroup's 64, query rows or padding)."""
+    return 16 if uses_wgmma(g, head_dim) else g["block_m"] * g["kv_split"] // warps(g, head_dim)
+
+
+def shared_bytes(g, head_dim: int) -> int:
+    """Dynamic shared memory of one block; mirrors Plan<D> in flashcore_parts.cuh."""
+    bm, bn = g["block_m"], block_n(g, head_dim)
+    ld = head_dim + (8 if g["layout"] == "padded" else 0)
+    split = g["kv_split"]
+    total = _align128(bm * ld * 2) + 2 * STAGES[g["kv_loads"]] * _align128(kv_rows(g, head_dim) * ld * 2)
+    if kv_share(g, head_dim) > 1 or g["stage_wait"] == "mbarrier" or (head_dim == 64 and g["tma_stages_d64"]):
+        total += _align128(3 * STAGES[g["kv_loads"]] * 8)  # full K, full V and empty mbarriers a stage
+    if split > 1 or g["cluster_kv_split"] > 1 or g["grid_kv_split"] > 1:
+        splits = split * g["cluster_kv_split"]  # every split's partial rows, in each block
+        total += _align128(splits * bm * (head_dim + 4) * 4) + _align128(4 * splits * bm * 4)
+        if g["cluster_kv_split"] > 1 and g["softmax"] == "registers":
+            total += 128  # the merge's mbarriers
+    if g["softmax"] == "smem":
+        total += _align128(bm * (bn + 4) * 4) + _align128(3 * bm * 4)
+        if g["pv"] != "scalar":
+            total += _align128(bm * (bn + 8) * 2)
+        if g["pv"] == "wmma":
+            total += _align128(bm * (head_dim + 4) * 4)
+    return total
+
+
+def kv_share(g, head_dim: int) -> int:
+    """Blocks of a cluster sharing the K/V stages in this head dimension's kernel (1: none)."""
+    return g["kv_share_d64"] if head_dim == 64 else 1
+
+
+def query_blocks(g, s: int, head_dim: int) -> int:
+    """Query blocks of one head (rounded up to whole clusters when they share K/V stages)."""
+    share = kv_share(g, head_dim)
+    blocks = (s + g["block_m"] - 1) // g["block_m"]
+    return (blocks + share - 1) // share * share
+
+
+def grid(g, s: int, heads: int, head_dim: int) -> tuple[int, int]:
+    """Blocks of a launch: query blocks times the blocks sharing their rows (a cluster's or the
+    grid's key split) by batch * heads."""
+    return query_blocks(g, s, head_dim) * g["cluster_kv_split"] * g["grid_kv_split"], heads
+
+
+def grid_workspace(g, s: int, heads: int, head_dim: int) -> tuple[int, int]:
+    """What a grid key split needs in global memory: floats of partial rows (a record of
+    block_m x (D + 2) per block) and ticket counters (one per query block); (0, 0) without one."""
+    if g["grid_kv_split"] == 1:
+        return 0, 0
+    x, y = grid(g, s, heads, head_dim)
+    return x * y * g["block_m"] * (head_dim + 2), query_blocks(g, s, head_dim) * heads
+
+
+def _implies(condition: bool, consequence: bool) -> bool:
+    return consequence or not condition
+
+
+def _registers_fit(g) -> bool:
+    for d in HEAD_DIMS:
+        if g["softmax"] == "registers":
+            if rows_per_warp(g, d) * (block_n(g, d) + d) // 32 > MAX_FRAGMENTS:
+                return False
+        elif g["pv"] != "wmma" and g["block_m"] * d // (warps(g, d) * 32) > MAX_ACCUMULATORS:
+            return False
+    return True
+
+
+def _warps_own_rows(g) -> bool:
+    return all(warps(g, d) % g["kv_split"] == 0 and g["block_m"] * g["kv_split"] % (16 * warps(g, d)) == 0
+               for d in HEAD_DIMS if not uses_wgmma(g, d))
+
+
+def _warpgroups_cover_rows(g) -> bool:
+    return g["warps_d64"] == 4 * g["kv_split"] and g["block_m"] <= 64
+
+
+SPACE = Space(
+    [
+        PowerOfTwo("block_m", 16, 128, description="query rows per block"),
+        PowerOfTwo("block_n_d64", 32, 128, description="key/value rows per tile, D = 64 kernel"),
+        PowerOfTwo("warps_d64", 1, 8, description="warps per block, D = 64 kernel"),
+        PowerOfTwo("block_n_d128", 32, 128, description="key/value rows per tile, D = 128 kernel"),
+        PowerOfTwo("warps_d128", 1, 8, description="warps per block, D = 128 kernel"),
+        Choice("qk", ENGINES, description="S = Q K^T: scalar FMA | WMMA 16x16x16 | mma.sync m16n8k16 + ldmatrix"),
+        Choice("pv", ENGINES, description="O += P V: scalar FMA | WMMA 16x16x16 | mma.sync m16n8k16 + ldmatrix"),
+        Choice("softmax", ("smem", "registers"),
+               description="S/P tile materialised in shared memory | fused online softmax in registers"),
+        Choice("reduce", ("serial", "shuffle"), description="row max/sum: one thread per row | warp shuffles"),
+        Boolean("exp2", description="exp2 with log2(e) folded into the scale"),
+        Choice("layout", ("plain", "padded", "swizzled"),
+               description="Q/K/V rows in shared memory: plain | padded by 16 bytes | 16-byte chunks XOR-swizzled"),
+        Choice("kv_loads", tuple(STAGES), description="K/V tiles: plain 16-byte loads | cp.async, 2 or 3 stages"),
+        Boolean("q_in_registers", description="fused path: Q fragments loaded once into registers"),
+        PowerOfTwo("kv_split", 1, 4,
+                   description="fused path: warps sharing query rows, each on its slice of every K/V stage, merged at the end"),
+        PowerOfTwo("cluster_kv_split", 1, 4,
+                   description="fused path: blocks of a thread-block cluster sharing query rows, each on every n-th "
+                               "K/V stage, merged through distributed shared memory"),
+        PowerOfTwo("grid_kv_split", 1, 4,
+                   description="fused path, no cluster: blocks of the grid sharing query rows, each on every n-th "
+                               "K/V stage; each leaves its partial rows in a global workspace and the last to "
+                               "finish merges them"),
+        Choice("stage_wait", ("block_barrier", "mbarrier"),
+               description="fused path, cp.async stages: each thread waits for its own copies and the block meets "
+                           "at a barrier per stage | every thread's copies of a stage end in an arrival on the "
+                           "stage's mbarrier (cp.async.mbarrier.arrive), each warp waits for the stage alone and "
+                           "marks it empty when done: warps run free"),
+        Boolean("wgmma_d64",
+                description="D = 64 kernel, fused path: Q K^T and P V by wgmma (sm_90a) instead of mma.sync: a "
+                            "warpgroup per key split, its 64 rows the block's query rows and padding; Q (loaded by "
+                            "ldmatrix each tile, whatever q_in_registers says) and P from registers, K and V read by "
+                            "the tensor cores from the swizzled stages"),
+        PowerOfTwo("kv_share_d64", 1, 4,
+                   description="D = 64 kernel, fused path: blocks of a thread-block cluster (consecutive query blocks "
+                               "of one head) sharing every K/V stage, each bringing in 1/n of its rows by a TMA copy "
+                               "multicast to all"),
+        Boolean("tma_stages_d64",
+                description="D = 64 kernel, fused path: each K/V stage brought in by one thread's TMA box copies, "
+                            "counted on mbarriers, instead of every thread's cp.async"),
+        Boolean("overlap_tiles",
+                description="fused path with TMA stages: each warp computes Q K^T of its next tile beside the "
+                            "softmax and P V of the current one (FlashAttention-3's overlap within a warp)"),
+    ],
+    [
+        Constraint(
+            "accumulators_fit_registers",
+            _registers_fit,
+            f"at each head dimension D: on the fused path the S and O fragments of a thread, rows a warp "
+            f"owns * (block_n + D) / 32, are at most {MAX_FRAGMENTS} (the screen drops those that still "
+            f"spill); on the materialised path the O accumulators, block_m * D / (warps * 32), at most "
+            f"{MAX_ACCUMULATORS} (WMMA keeps O in shared memory)",
+        ),
+        Constraint(
+            "shared_memory_fits",
+            lambda g: all(shared_bytes(g, d) <= SMEM_LIMIT for d in HEAD_DIMS),
+            f"Q tile + K/V stages + S/P/O tiles + row stats <= {SMEM_LIMIT} bytes at each head dimension",
+        ),
+        Constraint(
+            "register_softmax_needs_mma",
+            lambda g: _implies(g["softmax"] == "registers", g["qk"] == "mma" and g["pv"] == "mma"),
+            "softmax in registers reads S from, and feeds P to, mma.sync fragments: qk = pv = mma",
+        ),
+        Constraint(
+            "warps_own_query_rows",
+            lambda g: _implies(g["softmax"] == "registers", _warps_own_rows(g)),
+            "softmax in registers: at each head dimension kv_split divides warps, and each warp owns a "
+            "multiple of 16 query rows (block_m * kv_split % (16 * warps) == 0)",
+        ),
+        Constraint(
+            "kv_split_needs_fused_path",
+            lambda g: _implies(g["kv_split"] > 1, g["softmax"] == "registers"),
+            "only the fused path splits key tiles between warps (kv_split = 1 unless softmax = registers)",
+        ),
+        Constraint(
+            "cluster_split_needs_fused_path",
+            lambda g: _implies(g["cluster_kv_split"] > 1, g["softmax"] == "registers"),
+            "only the fused path merges partial rows across a cluster (cluster_kv_split = 1 unless softmax = registers)",
+        ),
+        Constraint(
+            "grid_split_needs_fused_path_alone",
+            lambda g: _implies(g["grid_kv_split"] > 1, g["softmax"] == "registers" and g["cluster_kv_split"] == 1
+                               and g["kv_share_d64"] == 1),
+            "blocks of the grid share query rows (grid_kv_split > 1) only on the fused path and without "
+            "clusters (cluster_kv_split = kv_share_d64 = 1)",
+        ),
+        Constraint(
+            "shared_stages_need_fused_pipeline",
+            lambda g: _implies(g["kv_share_d64"] > 1, g["softmax"] == "registers" and g["kv_loads"] != "plain"
+                               and g["layout"] != "padded" and g["cluster_kv_split"] == 1),
+            "K/V stages shared across a cluster (kv_share_d64 > 1) need the fused path, a pipeline of 2 or 3 "
+            "stages (kv_loads != plain), a layout the TMA writes (swizzled = its 128-byte swizzle, or plain; "
+            "not padded) and no cluster key split (cluster_kv_split = 1: one cluster dimension)",
+        ),
+        Constraint(
+            "wgmma_needs_fused_warpgroups",
+            lambda g: _implies(g["wgmma_d64"], g["softmax"] == "registers"
+                               and g["layout"] == "swizzled" and _warpgroups_cover_rows(g)
+                               and g["cluster_kv_split"] == 1 and g["grid_kv_split"] == 1 and g["kv_share_d64"] == 1
+                               and g["stage_wait"] == "block_barrier"),
+            "wgmma_d64 needs the fused path, the swizzled layout (wgmma's 128-byte swizzle), "
+            "a warpgroup per key split (warps_d64 = 4 * kv_split) covering the block's rows (block_m <= 64), "
+            "the block alone on its rows (no cluster or grid split, no shared stages), and block barriers "
+            "between the stages (stage_wait = block_barrier: the threads that copied a tile fence it for wgmma's "
+            "proxy before the barrier)",
+        ),
+        Constraint(
+            "mbarrier_stages_need_fused_pipeline",
+            lambda g: _implies(g["stage_wait"] == "mbarrier", g["softmax"] == "registers" and g["kv_loads"] != "plain"
+                               and g["kv_share_d64"] == 1),
+            "stages announced on mbarriers (stage_wait = mbarrier) need the fused path, a cp.async pipeline "
+            "(kv_loads != plain) and no cluster sharing the stages (kv_share_d64 = 1: its TMA stages have their own)",
+        ),
+        Constraint(
+            "tma_stages_need_fused_pipeline",
+            lambda g: _implies(g["tma_stages_d64"], g["softmax"] == "registers" and g["kv_loads"] != "plain"
+                               and g["layout"] != "padded" and g["kv_share_d64"] == 1 and g["cluster_kv_split"] == 1
+                               and g["grid_kv_split"] == 1 and g["stage_wait"] == "block_barrier"
+                               and g["kv_split"] * g["block_n_d64"] <= 256),
+            "K/V stages by TMA (tma_stages_d64) need the fused path, a pipeline of 2 or 3 stages, a layout the "
+            "TMA writes (not padded), the block alone on its rows (no cluster or grid split, no shared stages), "
+            "block barriers (stage_wait = block_barrier) and a stage of at most 256 rows (one box)"),
+        Constraint(
+            "overlap_needs_tma_stages",
+            lambda g: _implies(g["overlap_tiles"], g["tma_stages_d64"] and not g["wgmma_d64"]),
+            "overlapping tiles (overlap_tiles) needs the K/V stages by TMA (tma_stages_d64) and mma.sync (no wgmma_d64)"),
+        Constraint(
+            "register_softmax_reduces_by_shuffle",
+            lambda g: _implies(g["softmax"] == "registers", g["reduce"] == "shuffle"),
+            "softmax in registers always reduces rows with quad shuffles (reduce = shuffle)",
+        ),
+        Constraint(
+            "q_registers_need_fused_path",
+            lambda g: _implies(g["q_in_registers"], g["softmax"] == "registers"),
+            "Q in registers only exists on the fused path (softmax = registers)",
+        ),
+        Constraint(
+            "wmma_needs_row_major_smem",
+            lambda g: _implies("wmma" in (g["qk"], g["pv"]), g["layout"] != "swizzled"),
+            "WMMA loads need a plain row stride: no swizzled layout",
+        ),
+    ],
+    # runs stored before these knobs existed built what their value 1 builds
+    added_later={"tma_stages_d64": False, "overlap_tiles": False, "kv_share_d64": 1, "grid_kv_split": 1, "stage_wait": "block_barrier", "wgmma_d64": False},
+)
+
+SEED = SPACE.genome(dict(block_m=16, block_n_d64=64, warps_d64=4, block_n_d128=64, warps_d128=4, qk="scalar",
+                         pv="scalar", softmax="smem", reduce="serial", exp2=False, layout="plain", kv_loads="plain",
+                         q_in_registers=False, kv_split=1, cluster_kv_split=1, grid_kv_split=1, kv_share_d64=1,
+                         stage_wait="block_barrier", wgmma_d64=False, tma_stages_d64=False, overlap_tiles=False))
