@@ -10,6 +10,7 @@ from rich.text import Text
 
 from evo.search import LoopState, SearchConfig, SearchOutcome
 from fitness import EvalResult, format_seconds
+from fitness.score import format_span
 from kernel_genome import Genome
 from seeds import KernelFamily
 
@@ -73,6 +74,11 @@ class ConsoleReporter:
         table.add_row("target", format_seconds(outcome.target_s))
         table.add_row("wall time", f"{outcome.wall_s:.1f} s")
         table.add_row("best genome", str(outcome.best_genome) if outcome.best_genome else "-")
+        if outcome.gated_genome is not None:
+            table.add_row("passed the hard gate", f"{outcome.gated_genome.id}: {len(outcome.gate_times_s)} rounds, "
+                                                  f"{format_span(list(outcome.gate_times_s))}")
+            if outcome.gated_genome != outcome.best_genome:  # the fastest failed the gate, or came later
+                table.add_row("its genome", str(outcome.gated_genome))
         self.console.print(table)
 
     def close(self) -> None:

@@ -88,6 +88,8 @@ class SearchOutcome:
     target_s: float | None
     anchor_s: float | None
     wall_s: float
+    gated_genome: Genome | None = None  # the kernel that passed the hard gate (not always the fastest seen)
+    gate_times_s: tuple[float, ...] = ()  # its times in the gate's rounds
 
 
 class Reporter(Protocol):
@@ -128,6 +130,7 @@ class Search:
         self._correct: list[tuple[float, Genome]] = []  # every correct kernel's (time, genome)
         self._gated: set[str] = set()  # genome ids the hard gate has judged
         self._gate_passed = False
+        self._gate_winner: tuple[Genome, tuple[float, ...]] | None = None
 
     # -- entry points -----------------------------------------------------------------------
     def start(self) -> SearchOutcome:
@@ -257,6 +260,7 @@ class Search:
         spread = format_span(times)
         if result.passed:
             self._gate_passed = True
+            self._gate_winner = (genome, tuple(times))
             self.reporter.message(f"hard gate passed: {len(times)}/{rounds} rounds verified, {spread}, "
                                   f"all within {format_seconds(target)}")
         else:
@@ -326,8 +330,9 @@ class Search:
         if self.target is None and status in ("budget_exhausted", "time_exhausted", "space_exhausted"):
             exit_code = EXIT_TARGET_REACHED
         s = self.state
+        gated, gate_times = self._gate_winner or (None, ())
         return SearchOutcome(run_id, status, exit_code, s.evaluations, s.failures, s.best_genome,
-                             s.best_fitness_s, s.target_s, s.anchor_s, time.monotonic() - s.started)
+                             s.best_fitness_s, s.target_s, s.anchor_s, time.monotonic() - s.started, gated, gate_times)
 
 
 def _describe(outcome: SearchOutcome) -> str:

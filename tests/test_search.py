@@ -101,7 +101,7 @@ def check_lineage_report(db, out):
     assert dot.startswith("digraph") and dot.count(" -> ") == rows(db, "SELECT COUNT(*) FROM lineage_edges")[0][0]
 
 
-def test_a_reachable_target_stops_the_search(ray_session, tmp_path):
+def test_a_reachable_target_stops_the_search(ray_session, tmp_path, capsys):
     db = tmp_path / "evo.db"
     code = main(["search", "--family", "cpu_gemm", "--budget", "40", "--target", "8ms", "--db", str(db), "--trials", "1"])
     assert code == 0
@@ -115,6 +115,10 @@ def test_a_reachable_target_stops_the_search(ray_session, tmp_path):
     rounds = json.loads(rounds)
     assert passed and gate_target == pytest.approx(8e-3) and len(rounds) == 10
     assert all(r["verified"] and r["mission_s"] <= 8e-3 for r in rounds)
+    # the summary names the kernel that passed the gate
+    (gated,), = rows(db, "SELECT i.genome_id FROM gate_checks g JOIN individuals i ON i.id = g.individual_id")
+    summary = capsys.readouterr().out
+    assert "passed the hard gate" in summary and f"{gated}: 10 rounds" in summary
     check_store_invariants(db)
 
 
