@@ -5,7 +5,7 @@
 
 The design points of tests/test_nvfp4_gemm.py (dequantisation in registers and into shared memory,
 mma.sync, wgmma and the swapped wgmma with
-and without a's prepass, split-K summed by a ticket or in a cluster) on every shape but the two largest (the sanitizer slows launches
+and without a's prepass, split-K summed by a ticket or in a cluster, TMA stages) on every shape but the two largest (the sanitizer slows launches
 down a hundredfold). Outputs are NaN-poisoned before each launch.
 """
 import sys
@@ -15,14 +15,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _reporting import launch_each
 from seeds import get_family
 from test_nvfp4_gemm import (CLUSTER, CLUSTER_MMA_SYNC, PREPASS, SEED, SHARED, SPLIT, SWAPPED, SWAPPED_DIRECT_STORE,
-                             SWAPPED_NARROW, WGMMA, WGMMA_WIDE, WIDE)
+                             SWAPPED_NARROW, TMA_CLUSTER, TMA_IN_FLIGHT, TMA_MBARRIERS, TMA_SHORT_K,
+                             WGMMA, WGMMA_WIDE, WIDE)
 
 family = get_family("nvfp4_gemm")
 genomes = {"seed": SEED, "split-K": SPLIT, "wide": WIDE, "shared + mma.sync": SHARED, "wgmma": WGMMA,
            "wgmma 128x256": WGMMA_WIDE, "swapped wgmma": SWAPPED, "swapped, one warpgroup": SWAPPED_NARROW,
            "swapped, the tile stored directly (two small stages)": SWAPPED_DIRECT_STORE,
            "swapped, a's fp16 copy by a prepass (the GEMM its programmatic dependent)": PREPASS,
-           "split tiles summed in a cluster": CLUSTER, "mma.sync, split tiles summed in a cluster": CLUSTER_MMA_SYNC}
+           "split tiles summed in a cluster": CLUSTER, "mma.sync, split tiles summed in a cluster": CLUSTER_MMA_SYNC,
+           "TMA stages, cluster sum": TMA_CLUSTER, "TMA stages, two tiles' wgmmas in flight": TMA_IN_FLIGHT,
+           "TMA stages, 64-wide K tiles": TMA_SHORT_K,
+           "TMA stages handed over by mbarriers alone": TMA_MBARRIERS}
 shapes = [s for s in family.shapes if s.name not in ("m128_n7168_k16384", "square4096")]
 # a loose bound for the sanitizer's purpose (the evaluator checks rtol = atol = 1e-3)
 launch_each(family, genomes, shapes, max_abs_error=5e-3)

@@ -244,6 +244,17 @@ def matrix_map(tensor, box_columns: int, box_rows: int, *, swizzled: bool) -> Te
     return _encode(tensor, [columns, rows], [columns * tensor.element_size()], [box_columns, box_rows], swizzled)
 
 
+def box_map(tensor, box: Sequence[int], *, swizzled: bool) -> TensorMapBytes:
+    """TMA descriptor of a contiguous tensor of any rank (rows a multiple of 16 bytes), boxes of ``box``
+    elements, innermost dimension first; out-of-bounds elements read as zeros. ``swizzled``: the
+    128-byte swizzle (a box row of at most 128 bytes)."""
+    if len(box) != tensor.dim():
+        raise ValueError(f"box_map: a box of {len(box)} dimensions for a tensor of {tensor.dim()}")
+    dims = list(reversed(tensor.shape))
+    strides = [stride * tensor.element_size() for stride in reversed(tensor.stride()[:-1])]
+    return _encode(tensor, dims, strides, list(box), swizzled)
+
+
 def batched_byte_map(tensor, box_rows: int) -> TensorMapBytes:
     """TMA descriptor of a contiguous uint8 [batch, rows, columns] tensor (columns a multiple of 16),
     boxes of 128 bytes x ``box_rows`` rows of one batch, 128-byte swizzle; rows past ``rows`` (and

@@ -31,8 +31,16 @@ PREPASS = SWAPPED.replace(a_dequant="prepass")
 # the split tiles summed inside a thread-block cluster through distributed shared memory
 CLUSTER = PREPASS.replace(split_reduce="cluster")
 CLUSTER_MMA_SYNC = SPLIT.replace(split_reduce="cluster")
+# a's fp16 tile and b's packed rows by TMA boxes, each thread's K values a contiguous run
+TMA_CLUSTER = CLUSTER.replace(loads="tma")
+# ... with the ticket reduction, and two K tiles' wgmmas in flight
+TMA_IN_FLIGHT = PREPASS.replace(loads="tma", wgmma_in_flight=2)
+# ... with 64-wide K tiles (a thread's run is 16 values: two words, one scale) and six stages
+TMA_SHORT_K = TMA_IN_FLIGHT.replace(block_k=64, stages=6)
+# TMA stages handed over by mbarriers alone (no block barrier between K tiles), split tiles summed in a cluster
+TMA_MBARRIERS = TMA_CLUSTER.replace(wgmma_in_flight=2, stage_sync="mbarriers")
 DESIGN_POINTS = (SEED, SPLIT, WIDE, SHARED, WGMMA, WGMMA_WIDE, SWAPPED, SWAPPED_NARROW, SWAPPED_DIRECT_STORE, PREPASS,
-                 CLUSTER, CLUSTER_MMA_SYNC)
+                 CLUSTER, CLUSTER_MMA_SYNC, TMA_CLUSTER, TMA_IN_FLIGHT, TMA_SHORT_K, TMA_MBARRIERS)
 
 
 def test_covering_sample_covers_every_value():
@@ -67,6 +75,15 @@ def test_constraints_launch_and_workspace():
     assert space.is_valid(WGMMA.replace(blocks_per_sm=2, stages=3))  # 2 x 104 KB
     assert shared_bytes(SEED) == 2 * (256 * (32 + 16) + 256 * 4)
     assert shared_bytes(WGMMA) == 4 * (256 * (32 + 16) + 256 * 4) + 2 * 256 * 64 * 2 + 1024
+    # TMA stages: a's fp16 tile, b's unpadded rows and scales (1024-byte aligned), and an mbarrier each
+    assert shared_bytes(TMA_IN_FLIGHT) == 4 * (128 * 128 * 2 + 128 * (64 + 8)) + 1024 + 4 * 8
+    assert not space.is_valid(SWAPPED.replace(loads="tma"))  # the boxes bring in a's fp16 copy
+    assert not space.is_valid(SWAPPED.replace(wgmma_in_flight=2))  # a's tile must outlive two tiles' wgmmas
+    assert not space.is_valid(TMA_IN_FLIGHT.replace(stages=2))  # the refilled stage is two tiles back
+    assert space.is_valid(CLUSTER.replace(wgmma_in_flight=2))  # cp.async stages work with two tiles in flight
+    assert not space.is_valid(TMA_CLUSTER.replace(stage_sync="mbarriers"))  # one tile in flight: a block barrier
+    assert not space.is_valid(CLUSTER.replace(wgmma_in_flight=2, stage_sync="mbarriers"))  # cp.async: groups
+    assert shared_bytes(TMA_MBARRIERS) == 4 * (128 * 128 * 2 + 128 * (64 + 8)) + 1024 + 4 * 16  # full and empty
 
     # the split the launch takes: the most (up to split_k) whose grid still fits one wave
     shape = {s.name: s for s in FAMILY.shapes}

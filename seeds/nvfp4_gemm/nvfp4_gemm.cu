@@ -45,6 +45,12 @@
 //                               (distributed shared memory) and sums and stores its own slice
 //   (A_PREPASS: the launch makes nvfp4_gemm the prepass's programmatic dependent: b's first stages
 //    are requested before griddepcontrol.wait, a's after it)
+//   TMA_LOADS                   A_PREPASS: a stage's fp16 tile of a and b's packed rows come in as TMA boxes
+//                               requested by thread 0 (nvfp4_tma.cuh), each thread's K values a run of a row
+//   WGMMA_IN_FLIGHT             A_PREPASS: 2: tile kt's wgmmas are issued before the warps wait for tile
+//                               kt - 1's (two sets of A fragments pinned; one block barrier a tile)
+//   STAGE_BARRIERS              TMA_LOADS, two in flight: no block barrier between tiles; full and empty
+//                               mbarriers hand each stage between the copies and its readers
 // each accumulator pair's place in the block tile: row, column of acc[m][n][2h], acc[m][n][2h + 1]
 #define FOR_EACH_PAIR(...)                                                              \
     _Pragma("unroll") for (int m = 0; m < MT; ++m)                                       \
@@ -57,7 +63,8 @@
 
 extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
 nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* sfa, const unsigned char* sfb,
-           half* c, int M, int N, int K, int blocked, int splits, float* workspace, unsigned* tickets) {
+           half* c, int M, int N, int K, int blocked, int splits, float* workspace, unsigned* tickets,
+           const __grid_constant__ TensorMap a_map, const __grid_constant__ TensorMap b_map) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int batch = blockIdx.z / splits, split = blockIdx.z % splits;
     const int m0 = blockIdx.y * BLOCK_M, n0 = blockIdx.x * BLOCK_N;
@@ -70,7 +77,11 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
     unsigned char* halves = smem + (1024 - smem_address(smem) % 1024) % 1024;  // two fp16 tiles, swizzle-aligned
     unsigned char* raw = halves + 2 * HALF_STAGE;
 #endif
-#if A_PREPASS  // a is the fp16 copy nvfp4_dequantize_a made (sfa unused)
+#if TMA_LOADS  // thread 0 requests a's and b's boxes; every thread copies a few of b's scales
+    const TmaStages tma{raw, reinterpret_cast<uint64_t*>(raw + STAGES * STAGE_BYTES), &a_map, &b_map, m0, n0, batch, begin};
+    if (threadIdx.x == 0) tma.init();
+    if (STAGE_BARRIERS) __syncthreads();  // the barriers are initialised before any thread arrives on them
+#elif A_PREPASS  // a is the fp16 copy nvfp4_dequantize_a made (sfa unused)
     const HalfTileLoader<BLOCK_M> a_loader(a + (size_t)batch * M * K * 2, M, m0, K);
 #else
     const TileLoader<BLOCK_M> a_loader(Operand{a + (size_t)batch * M * (K / 2), sfa + batch * scale_matrix_bytes(M, K, blocked), M, m0},
@@ -79,11 +90,24 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
     const TileLoader<BLOCK_N> b_loader(B, K, blocked);
     auto load_b = [&](int kt) {
         unsigned char* stage = raw + (kt - begin) % STAGES * STAGE_BYTES;
+#if TMA_LOADS
+        if (threadIdx.x == 0) tma.issue_b(kt);
+        b_loader.load_scales(stage + A_BYTES + B_BYTES, kt);
+#else
         b_loader.load(stage + A_BYTES, stage + A_BYTES + B_BYTES + A_SCALE_BYTES, kt);
+#endif
+    };
+    // tile kt's boxes have landed (TMA_LOADS; cp.async copies are waited for by groups)
+    [[maybe_unused]] auto landed = [&](int kt) {
+#if TMA_LOADS
+        if (kt < end) tma.wait(kt);
+#endif
     };
     auto load_a = [&](int kt) {
-        unsigned char* stage = raw + (kt - begin) % STAGES * STAGE_BYTES;
-#if A_PREPASS
+        [[maybe_unused]] unsigned char* stage = raw + (kt - begin) % STAGES * STAGE_BYTES;
+#if TMA_LOADS
+        if (threadIdx.x == 0) tma.issue_a(kt);
+#elif A_PREPASS
         a_loader.load(stage, kt);
 #else
         a_loader.load(stage, stage + A_BYTES + B_BYTES, kt);
@@ -98,12 +122,19 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
     // prepass may still run; a's fp16 copy is read only once the prepass has completed and its
     // writes are visible (griddepcontrol.wait; without the launch attribute it returns at once).
     // The first commit group holds b's copies of every prologue stage and a's of the first.
+    // (STAGE_BARRIERS: a stage is refilled two tiles after it was read, so the prologue fills one less.)
+    constexpr int PROLOGUE = STAGE_BARRIERS ? STAGES - 2 : STAGES - 1;
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s)
-        if (begin + s < end) load_b(begin + s);
+    for (int s = 0; s < PROLOGUE; ++s)
+        if (begin + s < end) {
+            load_b(begin + s);
+#if STAGE_BARRIERS
+            tma.scales_arrive(begin + s);
+#endif
+        }
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
+    for (int s = 0; s < PROLOGUE; ++s) {
         if (begin + s < end) load_a(begin + s);
         cp_async_commit();
     }
@@ -123,6 +154,7 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
     const int warp_row = warp / WARPS_N * WARP_M, warp_col = warp % WARPS_N * WARP_N;
 #endif
     float acc[MT][NT][4] = {};
+#if PROMOTE
     auto add_into_acc = [&](const float (&tile)[MT][NT][4]) {
 #pragma unroll
         for (int m = 0; m < MT; ++m)
@@ -131,6 +163,7 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[m][n][e] += tile[m][n][e];
     };
+#endif
 #if MMA == 0
     // mma.sync (synchronous): a K tile's products into acc, through fresh accumulators with PROMOTE
     auto multiply_into_acc = [&](const unsigned char* operands) {
@@ -151,6 +184,75 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
         cp_async_commit();
         multiply_into_acc(raw + (kt - begin) % STAGES * STAGE_BYTES);
     }
+#elif STAGE_BARRIERS
+    // TMA stages handed over by mbarriers alone, two K tiles' wgmmas in flight: no block barrier, so
+    // the warpgroups, which share the tensor cores, need not keep in step. After tile kt - 1's
+    // wgmmas are done a thread releases its stage; tile kt + STAGES - 2 goes into tile kt - 2's stage
+    // once every thread has released it (a tile later: rarely waited for); each thread's scale copies
+    // arrive on the tile's full barrier with thread 0's boxes.
+    using Fragments = uint32_t[BLOCK_K / 16][4];
+    Fragments fragments_0, fragments_1;
+    landed(begin);
+    if (begin < end) load_fragments(raw, warp_row, fragments_0);
+    auto iteration = [&](int kt, Fragments& use, Fragments& fill) {
+        multiply_stage(acc, use, tma.stage(kt), false);
+        wgmma_wait<1>();  // tile kt - 1's wgmmas are done: `fill` and its stage are free
+        pin_registers(reinterpret_cast<uint32_t(&)[BLOCK_K / 4]>(fill));
+        if (kt > begin) tma.release(kt - 1);
+        if (const int next = kt + STAGES - 2; next < end) {
+            if (next - STAGES >= begin) tma.wait_empty(next - STAGES);
+            load_stage(next);
+            tma.scales_arrive(next);
+        }
+        if (kt + 1 < end) {
+            landed(kt + 1);
+            load_fragments(tma.stage(kt + 1), warp_row, fill);
+        }
+    };
+    for (int kt = begin; kt < end; kt += 2) {
+        iteration(kt, fragments_0, fragments_1);
+        if (kt + 1 < end) iteration(kt + 1, fragments_1, fragments_0);
+    }
+    wgmma_wait<0>();
+    pin_registers(reinterpret_cast<uint32_t(&)[BLOCK_K / 4]>(fragments_0));
+    pin_registers(reinterpret_cast<uint32_t(&)[BLOCK_K / 4]>(fragments_1));
+    pin_registers(reinterpret_cast<float(&)[MT * NT * 4]>(acc));
+#elif WGMMA_IN_FLIGHT == 2
+    // Swapped wgmma on a's fp16 copy, two K tiles' wgmmas in flight: tile kt's are issued before the
+    // warpgroup waits for tile kt - 1's, so the tensor cores always have the next tile queued while
+    // the warps dequantise b's fragments of tile kt + 1 into the set tile kt - 1 read. One barrier a
+    // tile, between the wait and the refill of tile kt - 1's stage (every warpgroup done with it).
+    static_assert(STAGES >= 3 && !PROMOTE, "two tiles in flight: 3+ stages, accumulation in the tensor core");
+    using Fragments = uint32_t[BLOCK_K / 16][4];
+    Fragments fragments_0, fragments_1;
+    cp_async_wait<STAGES - 2>();  // tile begin has landed (this thread's copies) ...
+    fence_proxy_async();          // (wgmma reads a's tile through the async proxy)
+    __syncthreads();              // ... everyone's (and TMA_LOADS' barriers are initialised)
+    landed(begin);
+    if (begin < end) load_fragments(raw, warp_row, fragments_0);
+    auto iteration = [&](int kt, Fragments& use, Fragments& fill) {
+        const int i = kt - begin;
+        multiply_stage(acc, use, raw + i % STAGES * STAGE_BYTES, false);
+        wgmma_wait<1>();  // tile kt - 1's wgmmas are done: `fill` is free
+        pin_registers(reinterpret_cast<uint32_t(&)[BLOCK_K / 4]>(fill));
+        if (kt + 1 < end) {
+            cp_async_wait<STAGES - 3>();  // tile kt + 1 has landed (this thread's copies) ...
+            fence_proxy_async();
+            __syncthreads();  // ... everyone's; and every warpgroup is done with tile kt - 1's stage
+            if (kt + STAGES - 1 < end) load_stage(kt + STAGES - 1);
+            cp_async_commit();
+            landed(kt + 1);
+            load_fragments(raw + (i + 1) % STAGES * STAGE_BYTES, warp_row, fill);
+        }
+    };
+    for (int kt = begin; kt < end; kt += 2) {
+        iteration(kt, fragments_0, fragments_1);
+        if (kt + 1 < end) iteration(kt + 1, fragments_1, fragments_0);
+    }
+    wgmma_wait<0>();
+    pin_registers(reinterpret_cast<uint32_t(&)[BLOCK_K / 4]>(fragments_0));
+    pin_registers(reinterpret_cast<uint32_t(&)[BLOCK_K / 4]>(fragments_1));
+    pin_registers(reinterpret_cast<float(&)[MT * NT * 4]>(acc));
 #else
     // tile kt's fp16 operands are in halves[(kt - begin) % 2]; while the tensor cores multiply them,
     // the block dequantises tile kt + 1 into the other pair. With 3 or more stages tile kt + 1's packed
@@ -167,7 +269,7 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
     auto prepare = [&](const unsigned char* stage, unsigned char* tiles, Fragments& fill) {
 #if MMA == 2
         if (!A_PREPASS) dequantize_a(stage, tiles);
-        load_b_fragments(stage, warp_row, fill);
+        load_fragments(stage, warp_row, fill);
 #else
         dequantize_stage(stage, tiles);
 #endif
@@ -183,6 +285,8 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
     };
     cp_async_wait<STAGES - 2 - AHEAD>();
     __syncthreads();
+    landed(begin);
+    if (AHEAD) landed(begin + 1);
     if (begin < end) prepare(raw, halves, fragments_0);
     fence_proxy_async();  // (wgmma reads through the async proxy)
     __syncthreads();
@@ -203,6 +307,7 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
             if (!AHEAD) {
                 cp_async_wait<STAGES - 2>();  // tile kt + 1 has landed (everyone's, after the barrier)
                 __syncthreads();
+                landed(kt + 1);
             }
             prepare(raw + (i + 1) % STAGES * STAGE_BYTES, halves + (i + 1) % 2 * HALF_STAGE, fill);
             fence_proxy_async();
@@ -221,6 +326,7 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
 #endif
         if (AHEAD) cp_async_wait<STAGES - 3>();  // tile kt + 2 has landed (everyone's, after the barrier)
         __syncthreads();  // tile kt + 1's fp16 operands are complete; tile kt's pair is free
+        if (AHEAD) landed(kt + 2);
     };
     for (int kt = begin; kt < end; kt += 2) {
         iteration(kt, fragments_0, fragments_1);

@@ -3,7 +3,9 @@
 #include <cuda_fp16.h>
 
 constexpr int THREADS = WARPS_M * WARPS_N * 32;
-constexpr int ROW_BYTES = BLOCK_K / 2 + 16;  // packed values of a row, padded: conflict-free words
+// packed values of a row in a stage: padded (conflict-free words), or as TMA lays a box out (a thread
+// reads its run of BLOCK_K / 4 values of a row with one load, conflict-free)
+constexpr int ROW_BYTES = TMA_LOADS ? BLOCK_K / 2 : BLOCK_K / 2 + 16;
 constexpr int SCALES = BLOCK_K / 16;         // scales of a row in a K tile
 #if MMA == 1  // a warpgroup is the 4 warps along M; it owns BLOCK_M rows (m64 tiles) x WG_N columns
 static_assert(WARPS_M == 4, "wgmma: a warpgroup's 4 warps lie along M");
@@ -22,6 +24,9 @@ static_assert(BLOCK_K % 64 == 0, "BLOCK_K is 64 or 128");
 static_assert(MMA != 1 || DEQUANT == 1, "wgmma reads both operands from shared memory");
 static_assert(MMA != 2 || DEQUANT == 0, "swapped wgmma: b is dequantised in registers");
 static_assert(!A_PREPASS || MMA == 2, "a's fp16 copy feeds the swapped wgmma alone");
+static_assert(!TMA_LOADS || A_PREPASS, "TMA boxes bring in a's fp16 copy and b's packed rows");
+static_assert(!STAGE_BARRIERS || (TMA_LOADS && WGMMA_IN_FLIGHT == 2 && STAGES >= 3),
+              "stages handed over by mbarriers alone: TMA loads, two tiles' wgmmas in flight, 3+ stages");
 
 __host__ __device__ constexpr int align128(int bytes) { return (bytes + 127) / 128 * 128; }
 // fp16 tiles are [BLOCK_K / 64 atoms][rows][64 halves], 128-byte swizzled (1024-byte aligned)
@@ -35,7 +40,10 @@ constexpr int STAGE_BYTES = A_PREPASS ? (A_BYTES + B_BYTES + BLOCK_N * SCALES + 
 // two fp16 tiles (the one multiplied and the next): DEQUANT 1, A's then B's; swapped wgmma, A's alone
 constexpr int HALF_STAGE = DEQUANT == 1 ? (BLOCK_M + BLOCK_N) * BLOCK_K * 2 : MMA == 2 && !A_PREPASS ? A_HALVES : 0;
 constexpr bool SWIZZLE_ALIGNED = DEQUANT == 1 || MMA == 2;  // shared memory starts at a 1024-byte boundary
-constexpr int SHARED_BYTES = STAGES * STAGE_BYTES + 2 * HALF_STAGE + (SWIZZLE_ALIGNED ? 1024 : 0);  // + alignment slack
+// TMA_LOADS: after the stages, one mbarrier per stage that completes when its boxes have landed
+constexpr int BARRIER_BYTES = TMA_LOADS ? (STAGE_BARRIERS ? 16 : 8) * STAGES : 0;  // (+ an empty barrier a stage)
+constexpr int SHARED_BYTES = STAGES * STAGE_BYTES + 2 * HALF_STAGE + (SWIZZLE_ALIGNED ? 1024 : 0)  // + alignment slack
+                             + BARRIER_BYTES;
 constexpr int TILE_COLS = MMA == 2 ? BLOCK_M : BLOCK_N;  // columns of an accumulator tile (wgmma's N)
 constexpr int TILE_ROWS = BLOCK_M * BLOCK_N / TILE_COLS;
 // SPLIT_CLUSTER: a partial tile in shared memory, rows padded by 4 floats (16 bytes: the float4 reads
@@ -93,6 +101,11 @@ struct TileLoader {
     }
 
     __device__ __forceinline__ void load(unsigned char* values, unsigned char* scales, int kt) const {
+        load_values(values, kt);
+        load_scales(scales, kt);
+    }
+
+    __device__ __forceinline__ void load_values(unsigned char* values, int kt) const {
 #pragma unroll
         for (int p = 0; p < VALUE_PASSES; ++p) {
             const int i = threadIdx.x + p * THREADS;
@@ -101,6 +114,9 @@ struct TileLoader {
             copy16_async(values + i / CHUNKS * ROW_BYTES + i % CHUNKS * 16,
                          value_source[p] + (valid ? kt * (BLOCK_K / 2) : 0), valid);
         }
+    }
+
+    __device__ __forceinline__ void load_scales(unsigned char* scales, int kt) const {
 #pragma unroll
         for (int p = 0; p < SCALE_PASSES; ++p) {
             const int i = threadIdx.x + p * THREADS;
@@ -260,10 +276,18 @@ __device__ __forceinline__ void dequantize_a(const unsigned char* stage, unsigne
 __device__ __forceinline__ void multiply_stage(float (&d)[MT][NT][4], const uint32_t (&a)[BLOCK_K / 16][4],
                                                const unsigned char* a_tile, bool fresh) {
     wgmma_fence();
+#if TMA_LOADS  // one descriptor, then its address field (16-byte units) stepped to each k16 slice
+    const uint64_t first = descriptor(a_tile);
+#pragma unroll
+    for (int j = 0; j < BLOCK_K / 16; ++j)
+        wgmma_rs(reinterpret_cast<float(&)[NT * 4]>(d[0]), a[j], first + (j / 4 * BLOCK_M * 128 + j % 4 * 32) / 16,
+                 !(fresh && j == 0));
+#else
 #pragma unroll
     for (int j = 0; j < BLOCK_K / 16; ++j)
         wgmma_rs(reinterpret_cast<float(&)[NT * 4]>(d[0]), a[j],
                  descriptor(a_tile + j / 4 * BLOCK_M * 128 + j % 4 * 32), !(fresh && j == 0));
+#endif
     wgmma_commit();
 }
 #endif

@@ -15,6 +15,27 @@ nvfp4_dequantize_a(const unsigned char* a, const unsigned char* sfa, half* out, 
     // the GEMM, launched as this grid's programmatic dependent, may start now: it requests b's first
     // stages and waits (griddepcontrol.wait) for this grid to complete before it reads `out`
     asm volatile("griddepcontrol.launch_dependents;");
+#if TMA_LOADS
+    // the run order (nvfp4_tma.cuh): a unit is a thread's run, BLOCK_K / 4 values (RUN_WORDS words) of a
+    // K tile; pair c of word w of run t goes to columns 32 w + 8 c + 2 t, + 1 of the tile
+    const int runs = K / (BLOCK_K / 4);
+    const size_t units = (size_t)L * M * runs, scale_bytes = scale_matrix_bytes(M, K, blocked);
+    for (size_t unit = (size_t)blockIdx.x * blockDim.x + threadIdx.x; unit < units; unit += (size_t)gridDim.x * blockDim.x) {
+        const int r = unit % runs, row = unit / runs % M, batch = unit / runs / M, t = r % 4;
+        const unsigned char* scales = sfa + batch * scale_bytes;
+        const int first_scale = r * (BLOCK_K / 64);  // word w's scale: first_scale + w / 2
+        const size_t first = blocked ? blocked_offset(row, first_scale, K / 16) : (size_t)row * (K / 16) + first_scale;
+        const unsigned char* words = a + ((size_t)batch * M + row) * (K / 2) + r * (RUN_WORDS * 4);
+        uint32_t* to = reinterpret_cast<uint32_t*>(out + ((size_t)batch * M + row) * K + r / 4 * BLOCK_K + 2 * t);
+#pragma unroll
+        for (int w = 0; w < RUN_WORDS; ++w) {
+            uint32_t pairs[4];
+            dequantize8(reinterpret_cast<const uint32_t*>(words)[w], scale_factor(scales[first + w / 2]), pairs);
+#pragma unroll
+            for (int c = 0; c < 4; ++c) to[(32 * w + 8 * c) / 2] = pairs[c];
+        }
+    }
+#else
     const int spans = K / 32;
     const size_t units = (size_t)L * M * spans, scale_bytes = scale_matrix_bytes(M, K, blocked);
     for (size_t unit = (size_t)blockIdx.x * blockDim.x + threadIdx.x; unit < units; unit += (size_t)gridDim.x * blockDim.x) {
@@ -28,6 +49,7 @@ nvfp4_dequantize_a(const unsigned char* a, const unsigned char* sfa, half* out, 
 #pragma unroll
         for (int c = 0; c < 4; ++c) to[c] = make_uint4(chunks[c][0], chunks[c][1], chunks[c][2], chunks[c][3]);
     }
+#endif
 }
 
 #if A_PREPASS

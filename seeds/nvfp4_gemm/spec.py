@@ -19,12 +19,14 @@ from seeds._wgmma import wgmma_wrapper
 
 HERE = Path(__file__).parent
 HOPPER = HERE.parent / "_hopper.cuh"
-SOURCES = (HERE / "nvfp4_gemm_parts.cuh", HERE / "nvfp4_epilogue.cuh", HERE / "nvfp4_prepass.cuh",
-           HERE / "nvfp4_gemm.cu")
+SOURCES = (HERE / "nvfp4_gemm_parts.cuh", HERE / "nvfp4_epilogue.cuh", HERE / "nvfp4_tma.cuh",
+           HERE / "nvfp4_prepass.cuh", HERE / "nvfp4_gemm.cu")
 DEQUANTS = ("registers", "shared")
 MMAS = ("mma_sync", "wgmma", "wgmma_swapped")
 A_DEQUANTS = ("in_block", "prepass")
 SPLIT_REDUCES = ("ticket", "cluster")
+LOADS = ("cp_async", "tma")
+STAGE_SYNCS = ("block_barrier", "mbarriers")
 SMEM_LIMIT = 227 * 1024  # one block
 SMEM_PER_SM = 228 * 1024  # all the blocks of an SM (each also reserves 1 KiB for the system)
 MAX_ACCUMULATORS = 64  # fp32 accumulators a thread keeps (twice: the running ones and the K tile's)
@@ -38,8 +40,10 @@ def shared_bytes(g) -> int:
     """Dynamic shared memory of one block; mirrors SHARED_BYTES in nvfp4_gemm_parts.cuh."""
     rows, bk = g["block_m"] + g["block_n"], g["block_k"]
     if g["a_dequant"] == "prepass":  # a stage: a's fp16 tile and b's packed rows, 1024-byte aligned
-        stage = g["block_m"] * bk * 2 + g["block_n"] * (bk // 2 + 16 + bk // 16)
-        return g["stages"] * ((stage + 1023) // 1024 * 1024) + 1024
+        tma = g["loads"] == "tma"  # rows unpadded, and an mbarrier a stage
+        stage = g["block_m"] * bk * 2 + g["block_n"] * (bk // 2 + (0 if tma else 16) + bk // 16)
+        barriers = (16 if g["stage_sync"] == "mbarriers" else 8) * g["stages"] if tma else 0
+        return g["stages"] * ((stage + 1023) // 1024 * 1024) + 1024 + barriers
     packed = g["stages"] * _align128(rows * (bk // 2 + 16) + rows * bk // 16)
     # two fp16 tiles, 1024-byte aligned: of every row with dequant == shared, of a's rows with swapped wgmma
     if g["dequant"] == "shared":
@@ -96,6 +100,11 @@ def _registers_hold_accumulators(g) -> bool:
     return min(255, 65536 // (threads * g["blocks_per_sm"])) >= 2 * g["block_m"] * g["block_n"] // threads
 
 
+def _two_in_flight_fit(g) -> bool:
+    return g["wgmma_in_flight"] == 1 or (g["mma"] == "wgmma_swapped" and g["a_dequant"] == "prepass"
+                                         and not g["promote"] and g["stages"] >= 3)
+
+
 SPACE = Space(
     [
         PowerOfTwo("block_m", 64, 128, description="rows of a block's output tile"),
@@ -123,6 +132,19 @@ SPACE = Space(
         PowerOfTwo("split_k", 1, 8, description="the most blocks sharing an output tile, each on a range of K (the "
                                                 "launch takes the most that still fit one wave on the GPU); the "
                                                 "last to finish adds the others' partial tiles (global workspace)"),
+        IntRange("wgmma_in_flight", 1, 2,
+                 description="swapped wgmma on a's fp16 copy: K tiles whose wgmmas may run at once (2: tile kt's are "
+                             "issued before the warps wait for tile kt - 1's, so the tensor cores never drain between "
+                             "tiles; each warp keeps two sets of A fragments pinned)"),
+        Choice("loads", LOADS,
+               description="swapped wgmma on a's fp16 copy, how a stage comes in: every thread's cp.async copies "
+                           "(16 bytes each, b's rows padded) | TMA boxes of a's fp16 tile and b's packed rows "
+                           "requested by one thread and counted on an mbarrier (b's scales still by cp.async), each "
+                           "thread's K values a contiguous run of a row"),
+        Choice("stage_sync", STAGE_SYNCS,
+               description="TMA stages with two tiles' wgmmas in flight, how a stage passes between copies and "
+                           "readers: a block barrier every K tile | mbarriers alone (full: boxes and every thread's "
+                           "scale copies landed; empty: every thread done), so the warpgroups need not keep in step"),
         Choice("split_reduce", SPLIT_REDUCES,
                description="how a split tile's partial results are added: the last block to take the tile's ticket "
                            "reads the others' from a global workspace | the tile's blocks are one thread-block "
@@ -159,17 +181,27 @@ SPACE = Space(
                    "split_reduce == cluster keeps a block's fp32 partial tile, rows padded by 16 bytes, in its "
                    "shared memory: block_m * (block_n + 4) * 4 (swapped wgmma: block_n * (block_m + 4) * 4) <= "
                    "shared bytes"),
+        Constraint("two_tiles_in_flight_need_the_prepass", _two_in_flight_fit,
+                   "wgmma_in_flight == 2 needs mma == wgmma_swapped, a_dequant == prepass (a's tile stays in its stage "
+                   "until both tiles' wgmmas are done), promote off and stages >= 3"),
+        Constraint("tma_loads_need_the_prepass", lambda g: g["loads"] == "cp_async" or g["a_dequant"] == "prepass",
+                   "loads == tma brings in a's fp16 copy: a_dequant == prepass (with mma == wgmma_swapped)"),
+        Constraint("mbarrier_stages_need_tma_and_two_in_flight",
+                   lambda g: g["stage_sync"] == "block_barrier" or (g["loads"] == "tma" and g["wgmma_in_flight"] == 2),
+                   "stage_sync == mbarriers needs loads == tma and wgmma_in_flight == 2"),
         Constraint("blocks_fit_an_sm", lambda g: g["blocks_per_sm"] * (shared_bytes(g) + 1024) <= SMEM_PER_SM,
                    f"blocks_per_sm * (shared bytes + 1 KiB) <= {SMEM_PER_SM}"),
     ],
     # stored genomes from before these knobs were added built the register path with promotion
     added_later=dict(dequant="registers", mma="mma_sync", promote=True, blocks_per_sm=1, a_dequant="in_block",
-                     split_reduce="ticket"),
+                     split_reduce="ticket", wgmma_in_flight=1, loads="cp_async",
+                     stage_sync="block_barrier"),
 )
 
 SEED = SPACE.genome(dict(block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=4, stages=2, dequant="registers",
                          mma="mma_sync", promote=True, blocks_per_sm=1, split_k=1, a_dequant="in_block",
-                         split_reduce="ticket"))
+                         split_reduce="ticket", wgmma_in_flight=1, loads="cp_async",
+                         stage_sync="block_barrier"))
 
 
 def gemm_shape(name: str, l: int, m: int, n: int, k: int, *, blocked: bool = False, mission: bool = False):
@@ -197,10 +229,11 @@ class Nvfp4Gemm(KernelFamily):
 
     def build_recipe(self, genome) -> BuildRecipe:
         g = genome.as_dict()
-        named = ("dequant", "mma", "promote", "a_dequant", "split_reduce")
+        named = ("dequant", "mma", "promote", "a_dequant", "split_reduce", "loads", "stage_sync")
         macros = {**{name.upper(): value for name, value in g.items() if name not in named},
                   "DEQUANT": DEQUANTS.index(g["dequant"]), "MMA": MMAS.index(g["mma"]), "PROMOTE": int(g["promote"]),
-                  "A_PREPASS": int(g["a_dequant"] == "prepass"), "SPLIT_CLUSTER": int(g["split_reduce"] == "cluster")}
+                  "A_PREPASS": int(g["a_dequant"] == "prepass"), "SPLIT_CLUSTER": int(g["split_reduce"] == "cluster"),
+                  "TMA_LOADS": int(g["loads"] == "tma"), "STAGE_BARRIERS": int(g["stage_sync"] == "mbarriers")}
         flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
             f"-D{name}={value}" for name, value in sorted(macros.items()))
         wrapper = {"mma_sync": "", "wgmma": wgmma_wrapper("wgmma_f16", g["block_n"] // g["warps_n"], "f16"),
@@ -271,7 +304,7 @@ class Nvfp4Gemm(KernelFamily):
         return (kernel, module.kernel("nvfp4_dequantize_a")), genome.as_dict(), {}
 
     def launch(self, kernel, shape: ProblemShape, inputs, output) -> None:
-        from seeds._cuda import multiprocessors, ptr, ticketed_workspace
+        from seeds._cuda import TensorMapBytes, box_map, multiprocessors, ptr, ticketed_workspace
 
         (function, prepass), g, workspaces = kernel
         a, b, sfa, sfb = inputs
@@ -294,10 +327,20 @@ class Nvfp4Gemm(KernelFamily):
                            [ptr(a), ptr(sfa), ptr(a_halves), ctypes.c_int(m), ctypes.c_int(k),
                             ctypes.c_int(shape["blocked"]), ctypes.c_int(l)])
             a = a_halves
+        maps = (TensorMapBytes(), TensorMapBytes())  # read only by a kernel with TMA loads
+        if g["loads"] == "tma":  # encoded once per set of operands
+            import torch
+
+            key = (a.data_ptr(), b.data_ptr(), shape)
+            if workspaces.get("maps", (None,))[0] != key:
+                halves = a.view(torch.float16).view(l, m, k)
+                workspaces["maps"] = key, (box_map(halves, (64, g["block_m"], 1), swizzled=True),
+                                           box_map(b, (g["block_k"] // 2, g["block_n"], 1), swizzled=False))
+            maps = workspaces["maps"][1]
         function.launch(grid(g, shape, split), (g["warps_m"] * g["warps_n"] * 32,),
                         [ptr(a), ptr(b), ptr(sfa), ptr(sfb), ptr(output), ctypes.c_int(shape["m"]),
                          ctypes.c_int(shape["n"]), ctypes.c_int(shape["k"]), ctypes.c_int(shape["blocked"]),
-                         ctypes.c_int(split), ptr(records), ptr(tickets)],
+                         ctypes.c_int(split), ptr(records), ptr(tickets), *maps],
                         shared_bytes=shared_bytes(g), cluster=(1, 1, split) if cluster else None,
                         programmatic=g["a_dequant"] == "prepass")
 
