@@ -1,0 +1,92 @@
+"""nvfp4_gemm genomes side by side, timed in turns with both anchors in one process (GPU).
+
+    python benchmarks/nvfp4_ab.py 'base=CLUSTER' 'tma=CLUSTER{"loads": "tma"}' --rounds 5
+
+A variant is LABEL=POINT[CHANGES]: POINT names a design point of tests/test_nvfp4_gemm.py, CHANGES
+(optional) is a JSON object of knob values that replace its own. Each variant is built, screened,
+verified and timed on every shape as in a search (fresh inputs, output poisoned, float64 reference);
+then, for --rounds rounds, every shape is timed once per variant, with bf16 cuBLAS on operands
+dequantised beforehand (and, in the first two rounds, torch dequantise + matmul) timed the same way
+between them. Prints the medians over the rounds as a Markdown table, then each variant's ratio to
+bf16 cuBLAS. Differences under about 2 % between processes are noise on the H100.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import tests.test_nvfp4_gemm as design  # noqa: E402
+from _reporting import evaluated  # noqa: E402
+from fitness import BuildConfig, Builder, EvalConfig, Evaluator  # noqa: E402
+from seeds import get_family  # noqa: E402
+
+
+def parse_variant(text: str, family):
+    """(label, genome) of LABEL=POINT[CHANGES]; ValueError naming what is wrong."""
+    label, sep, rest = text.partition("=")
+    if not sep or not label:
+        raise ValueError(f"{text!r}: expected LABEL=POINT[JSON changes]")
+    point, brace, changes = rest.partition("{")
+    if not point.isidentifier() or not hasattr(design, point):
+        raise ValueError(f"{text!r}: {point!r} is not a design point of tests/test_nvfp4_gemm.py")
+    try:
+        knobs = json.loads(brace + changes) if brace else {}
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{text!r}: the changes are not JSON: {error}") from None
+    if not isinstance(knobs, dict):
+        raise ValueError(f"{text!r}: the changes are not a JSON object")
+    return label, family.space.check(family.space.genome({**getattr(design, point).as_dict(), **knobs}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("variant", nargs="+", help="LABEL=POINT[JSON changes]")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of timing in turns (default 5)")
+    args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    family = get_family("nvfp4_gemm")
+    try:
+        variants = dict(parse_variant(text, family) for text in args.variant)
+    except ValueError as error:
+        parser.error(str(error))
+
+    work = Path(tempfile.mkdtemp())
+    builder = Builder(BuildConfig(work / "cache"))
+    evaluator = Evaluator(family, EvalConfig(trials=1), work / "loaded")
+    kernels = {}
+    for label, genome in variants.items():
+        done = evaluated(family, genome, builder, evaluator)
+        if done is not None:
+            print(f"{label}: {genome} correct on every shape, {done[1].usage}")
+            kernels[label] = evaluator.load(genome, done[0])
+    (_, bf16), = family.secondary_anchors().items()
+    times: dict[tuple[str, str], list[float]] = {}
+    for round_ in range(args.rounds):
+        for shape in family.shapes:
+            if round_ < 2:
+                times.setdefault(("torch", shape.name), []).append(evaluator.time_anchor(family.anchor, shape).median_s)
+            times.setdefault(("bf16", shape.name), []).append(evaluator.time_anchor(bf16, shape).median_s)
+            for label, kernel in kernels.items():
+                times.setdefault((label, shape.name), []).append(evaluator.time_shape(kernel, shape).median_s)
+    labels = ["torch", "bf16", *kernels]
+    median = {key: statistics.median(samples) for key, samples in times.items()}
+    print("| shape | torch dequantise + matmul | bf16 cuBLAS | " + " | ".join(kernels) + " |")
+    print("|---" * (len(labels) + 1) + "|")
+    for shape in family.shapes:
+        print(f"| {shape.name} | " + " | ".join(f"{median[(label, shape.name)] * 1e6:.1f} us" for label in labels) + " |")
+    print("time over bf16 cuBLAS's:")
+    for shape in family.shapes:
+        anchor = median[("bf16", shape.name)]
+        print(f"  {shape.name:20s} " + "  ".join(f"{label} {median[(label, shape.name)] / anchor:.3f}"
+                                                for label in kernels))
+
+
+if __name__ == "__main__":
+    main()
