@@ -89,14 +89,6 @@ __device__ __forceinline__ void copy_scales(unsigned columns, unsigned tile_addr
     asm volatile("tcgen05.cp.cta_group::1.32x128b.warpx4 [%0], %1;" ::"r"(columns), "l"(source) : "memory");
 }
 
-// a box of a 3-d tensor map at (column, row, batch), counted on `bar`
-__device__ __forceinline__ void tma_load_3d(void* dst, const TensorMap* map, int column, int row, int batch,
-                                            uint64_t* bar) {
-    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
-                 ::"r"(smem_address(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(column), "r"(row), "r"(batch),
-                 "r"(smem_address(bar)) : "memory");
-}
-
 // `bytes` contiguous bytes (a multiple of 16, both ends 16-byte aligned) into shared memory, counted on `bar`
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
