@@ -39,8 +39,14 @@ TMA_IN_FLIGHT = PREPASS.replace(loads="tma", wgmma_in_flight=2)
 TMA_SHORT_K = TMA_IN_FLIGHT.replace(block_k=64, stages=6)
 # TMA stages handed over by mbarriers alone (no block barrier between K tiles), split tiles summed in a cluster
 TMA_MBARRIERS = TMA_CLUSTER.replace(wgmma_in_flight=2, stage_sync="mbarriers")
+# e2m1 codes placed in fp16s four high bytes at a time, then prmt (nvfp4_bits.cuh), on both TMA loops
+# and on mma.sync from shared-memory tiles
+BYTES = TMA_MBARRIERS.replace(bit_placement="bytes")
+BYTES_IN_FLIGHT = TMA_IN_FLIGHT.replace(bit_placement="bytes")
+BYTES_SHARED = SHARED.replace(bit_placement="bytes")
 DESIGN_POINTS = (SEED, SPLIT, WIDE, SHARED, WGMMA, WGMMA_WIDE, SWAPPED, SWAPPED_NARROW, SWAPPED_DIRECT_STORE, PREPASS,
-                 CLUSTER, CLUSTER_MMA_SYNC, TMA_CLUSTER, TMA_IN_FLIGHT, TMA_SHORT_K, TMA_MBARRIERS)
+                 CLUSTER, CLUSTER_MMA_SYNC, TMA_CLUSTER, TMA_IN_FLIGHT, TMA_SHORT_K, TMA_MBARRIERS, BYTES,
+                 BYTES_IN_FLIGHT, BYTES_SHARED)
 
 
 def test_covering_sample_covers_every_value():

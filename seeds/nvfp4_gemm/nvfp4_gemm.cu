@@ -51,6 +51,7 @@
 //                               kt - 1's (two sets of A fragments pinned; one block barrier a tile)
 //   STAGE_BARRIERS              TMA_LOADS, two in flight: no block barrier between tiles; full and empty
 //                               mbarriers hand each stage between the copies and its readers
+//   BIT_PLACEMENT               how e2m1 bits are placed in fp16s (nvfp4_bits.cuh): 0 shifts, 1 bytes + prmt
 // each accumulator pair's place in the block tile: row, column of acc[m][n][2h], acc[m][n][2h + 1]
 #define FOR_EACH_PAIR(...)                                                              \
     _Pragma("unroll") for (int m = 0; m < MT; ++m)                                       \

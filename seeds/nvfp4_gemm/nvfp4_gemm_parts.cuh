@@ -147,14 +147,22 @@ __device__ __forceinline__ uint32_t scale_factor(unsigned scale) {
     return mul_half2(pair, 0x58005800u);
 }
 
-// 8 e2m1 values (one word, value i in bits 4i..4i+3) times their scale factor -> 4 fp16 pairs
-// {v3, v7}, {v2, v6}, {v1, v5}, {v0, v4}: pair k's sign bits move up 4k to bits 15 / 31, their
-// e e m bits 4k - 3 to bits 9..11 / 25..27
+// 8 e2m1 values (one word, value i in bits 4i..4i+3) times their scale factor -> 4 fp16 pairs, in the
+// order of the placement BIT_PLACEMENT selects (nvfp4_bits.cuh); a and b are dequantised alike, so
+// their K slots pair up
 __device__ __forceinline__ void dequantize8(uint32_t w, uint32_t factor, uint32_t (&out)[4]) {
-    out[0] = mul_half2((w & 0x80008000u) | ((w >> 3) & 0x0E000E00u), factor);
-    out[1] = mul_half2(((w << 4) & 0x80008000u) | ((w << 1) & 0x0E000E00u), factor);
-    out[2] = mul_half2(((w << 8) & 0x80008000u) | ((w << 5) & 0x0E000E00u), factor);
-    out[3] = mul_half2(((w << 12) & 0x80008000u) | ((w << 9) & 0x0E000E00u), factor);
+#if BIT_PLACEMENT == 1
+    const BytePlacement placed(w);
+    out[0] = mul_half2(placed.pair<0>(), factor);
+    out[1] = mul_half2(placed.pair<1>(), factor);
+    out[2] = mul_half2(placed.pair<2>(), factor);
+    out[3] = mul_half2(placed.pair<3>(), factor);
+#else
+    out[0] = mul_half2(shifted_pair<0>(w), factor);
+    out[1] = mul_half2(shifted_pair<1>(w), factor);
+    out[2] = mul_half2(shifted_pair<2>(w), factor);
+    out[3] = mul_half2(shifted_pair<3>(w), factor);
+#endif
 }
 
 // byte offset of 16-byte chunk c (of the K tile) of row r in an fp16 tile of `rows` rows

@@ -19,14 +19,15 @@ from seeds._wgmma import wgmma_wrapper
 
 HERE = Path(__file__).parent
 HOPPER = HERE.parent / "_hopper.cuh"
-SOURCES = (HERE / "nvfp4_gemm_parts.cuh", HERE / "nvfp4_epilogue.cuh", HERE / "nvfp4_tma.cuh",
-           HERE / "nvfp4_prepass.cuh", HERE / "nvfp4_gemm.cu")
+SOURCES = (HERE / "nvfp4_bits.cuh", HERE / "nvfp4_gemm_parts.cuh", HERE / "nvfp4_epilogue.cuh",
+           HERE / "nvfp4_tma.cuh", HERE / "nvfp4_prepass.cuh", HERE / "nvfp4_gemm.cu")
 DEQUANTS = ("registers", "shared")
 MMAS = ("mma_sync", "wgmma", "wgmma_swapped")
 A_DEQUANTS = ("in_block", "prepass")
 SPLIT_REDUCES = ("ticket", "cluster")
 LOADS = ("cp_async", "tma")
 STAGE_SYNCS = ("block_barrier", "mbarriers")
+BIT_PLACEMENTS = ("shifts", "bytes")
 SMEM_LIMIT = 227 * 1024  # one block
 SMEM_PER_SM = 228 * 1024  # all the blocks of an SM (each also reserves 1 KiB for the system)
 MAX_ACCUMULATORS = 64  # fp32 accumulators a thread keeps (twice: the running ones and the K tile's)
@@ -145,6 +146,10 @@ SPACE = Space(
                description="TMA stages with two tiles' wgmmas in flight, how a stage passes between copies and "
                            "readers: a block barrier every K tile | mbarriers alone (full: boxes and every thread's "
                            "scale copies landed; empty: every thread done), so the warpgroups need not keep in step"),
+        Choice("bit_placement", BIT_PLACEMENTS,
+               description="how an e2m1 code's bits become an fp16's: two shifts and masks per pair of values (15 "
+                           "integer operations a word) | the high bytes of four values at once, then prmt over "
+                           "zero bytes (11)"),
         Choice("split_reduce", SPLIT_REDUCES,
                description="how a split tile's partial results are added: the last block to take the tile's ticket "
                            "reads the others' from a global workspace | the tile's blocks are one thread-block "
@@ -195,13 +200,13 @@ SPACE = Space(
     # stored genomes from before these knobs were added built the register path with promotion
     added_later=dict(dequant="registers", mma="mma_sync", promote=True, blocks_per_sm=1, a_dequant="in_block",
                      split_reduce="ticket", wgmma_in_flight=1, loads="cp_async",
-                     stage_sync="block_barrier"),
+                     stage_sync="block_barrier", bit_placement="shifts"),
 )
 
 SEED = SPACE.genome(dict(block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=4, stages=2, dequant="registers",
                          mma="mma_sync", promote=True, blocks_per_sm=1, split_k=1, a_dequant="in_block",
                          split_reduce="ticket", wgmma_in_flight=1, loads="cp_async",
-                         stage_sync="block_barrier"))
+                         stage_sync="block_barrier", bit_placement="shifts"))
 
 
 def gemm_shape(name: str, l: int, m: int, n: int, k: int, *, blocked: bool = False, mission: bool = False):
@@ -229,10 +234,11 @@ class Nvfp4Gemm(KernelFamily):
 
     def build_recipe(self, genome) -> BuildRecipe:
         g = genome.as_dict()
-        named = ("dequant", "mma", "promote", "a_dequant", "split_reduce", "loads", "stage_sync")
+        named = ("dequant", "mma", "promote", "a_dequant", "split_reduce", "loads", "stage_sync", "bit_placement")
         macros = {**{name.upper(): value for name, value in g.items() if name not in named},
                   "DEQUANT": DEQUANTS.index(g["dequant"]), "MMA": MMAS.index(g["mma"]), "PROMOTE": int(g["promote"]),
                   "A_PREPASS": int(g["a_dequant"] == "prepass"), "SPLIT_CLUSTER": int(g["split_reduce"] == "cluster"),
+                  "BIT_PLACEMENT": BIT_PLACEMENTS.index(g["bit_placement"]),
                   "TMA_LOADS": int(g["loads"] == "tma"), "STAGE_BARRIERS": int(g["stage_sync"] == "mbarriers")}
         flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
             f"-D{name}={value}" for name, value in sorted(macros.items()))
