@@ -62,6 +62,23 @@
         __VA_ARGS__                                                                      \
     }
 
+#if MMA == 2
+// the K loop of two tiles in flight, two tiles a turn (the fragment sets swap roles), then the drain:
+// the last wgmmas waited for, and everything they read or wrote tied to that point
+template <typename Iteration, typename Fragments>
+__device__ __forceinline__ void two_tiles_in_flight(int begin, int end, const Iteration& iteration, Fragments& fragments_0,
+                                                    Fragments& fragments_1, float (&acc)[MT][NT][4]) {
+    for (int kt = begin; kt < end; kt += 2) {
+        iteration(kt, fragments_0, fragments_1);
+        if (kt + 1 < end) iteration(kt + 1, fragments_1, fragments_0);
+    }
+    wgmma_wait<0>();
+    pin_registers(reinterpret_cast<uint32_t(&)[BLOCK_K / 4]>(fragments_0));
+    pin_registers(reinterpret_cast<uint32_t(&)[BLOCK_K / 4]>(fragments_1));
+    pin_registers(reinterpret_cast<float(&)[MT * NT * 4]>(acc));
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
 nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* sfa, const unsigned char* sfb,
            half* c, int M, int N, int K, int blocked, int splits, float* workspace, unsigned* tickets,
@@ -210,14 +227,7 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
             load_fragments(tma.stage(kt + 1), warp_row, fill);
         }
     };
-    for (int kt = begin; kt < end; kt += 2) {
-        iteration(kt, fragments_0, fragments_1);
-        if (kt + 1 < end) iteration(kt + 1, fragments_1, fragments_0);
-    }
-    wgmma_wait<0>();
-    pin_registers(reinterpret_cast<uint32_t(&)[BLOCK_K / 4]>(fragments_0));
-    pin_registers(reinterpret_cast<uint32_t(&)[BLOCK_K / 4]>(fragments_1));
-    pin_registers(reinterpret_cast<float(&)[MT * NT * 4]>(acc));
+    two_tiles_in_flight(begin, end, iteration, fragments_0, fragments_1, acc);
 #elif WGMMA_IN_FLIGHT == 2
     // Swapped wgmma on a's fp16 copy, two K tiles' wgmmas in flight: tile kt's are issued before the
     // warpgroup waits for tile kt - 1's, so the tensor cores always have the next tile queued while
@@ -246,14 +256,7 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
             load_fragments(raw + (i + 1) % STAGES * STAGE_BYTES, warp_row, fill);
         }
     };
-    for (int kt = begin; kt < end; kt += 2) {
-        iteration(kt, fragments_0, fragments_1);
-        if (kt + 1 < end) iteration(kt + 1, fragments_1, fragments_0);
-    }
-    wgmma_wait<0>();
-    pin_registers(reinterpret_cast<uint32_t(&)[BLOCK_K / 4]>(fragments_0));
-    pin_registers(reinterpret_cast<uint32_t(&)[BLOCK_K / 4]>(fragments_1));
-    pin_registers(reinterpret_cast<float(&)[MT * NT * 4]>(acc));
+    two_tiles_in_flight(begin, end, iteration, fragments_0, fragments_1, acc);
 #else
     // tile kt's fp16 operands are in halves[(kt - begin) % 2]; while the tensor cores multiply them,
     // the block dequantises tile kt + 1 into the other pair. With 3 or more stages tile kt + 1's packed
