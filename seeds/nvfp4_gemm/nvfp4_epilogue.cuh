@@ -53,6 +53,46 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MT][NT][4], unsign
         }
     }
 }
+
+// the block's tile stored pair by pair, where it does not fit shared memory: accumulator pair
+// (row, col), (row, col + 1) is c[m0 + col][n0 + row] and c[m0 + col + 1][n0 + row]
+__device__ __forceinline__ void store_pairs(const float (&acc)[MT][NT][4], int warp_row, half* out, int m0, int n0, int M,
+                                            int N) {
+    const int lane = threadIdx.x % 32, warp_col = 0;
+    FOR_EACH_PAIR(if (n0 + row < N) {
+                      if (m0 + col < M) out[(size_t)(m0 + col) * N + n0 + row] = __float2half_rn(acc[m][n][2 * h] * UNSCALE);
+                      if (m0 + col + 1 < M)
+                          out[(size_t)(m0 + col + 1) * N + n0 + row] = __float2half_rn(acc[m][n][2 * h + 1] * UNSCALE);
+                  })
+}
+#endif
+
+#if SPLIT_CLUSTER
+// Once every block of the cluster is done with its stages (the cluster barrier here): slice r of this
+// block's partial tile (rows r * TILE_ROWS / splits ..) goes to block r's shared memory (`partials`),
+// as its partial `split`; this block's own slice by plain stores, the others' through distributed
+// shared memory. Every store is fire-and-forget: a second cluster barrier orders them before the sums.
+__device__ __forceinline__ void send_cluster_slices(const float (&acc)[MT][NT][4], float* partials, int warp_row,
+                                                    int warp_col, int lane, int split, int splits) {
+    const int slice_rows = TILE_ROWS / splits, slice_shift = __ffs(slice_rows) - 1;  // splits: a power of two
+    cluster_sync();  // every block of the cluster is done with its stages
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // a row's pairs (FOR_EACH_PAIR's places) to the block summing its slice
+            const int row = warp_row + m * M_STRIDE + lane / 4 + 8 * h, owner = row >> slice_shift;
+            float* to = partials + ((split << slice_shift) + (row & (slice_rows - 1))) * REDUCE_PITCH + warp_col + lane % 4 * 2;
+            if (owner == split) {  // this block's own slice: plain shared memory
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+                    *reinterpret_cast<float2*>(to + n * 8) = make_float2(acc[m][n][2 * h], acc[m][n][2 * h + 1]);
+            } else {
+                const unsigned remote = peer_address(to, owner);
+#pragma unroll
+                for (int n = 0; n < NT; ++n) store_cluster2(remote + n * 8 * 4, acc[m][n][2 * h], acc[m][n][2 * h + 1]);
+            }
+        }
+}
 #endif
 
 #if SPLIT_CLUSTER

@@ -52,15 +52,6 @@
 //   STAGE_BARRIERS              TMA_LOADS, two in flight: no block barrier between tiles; full and empty
 //                               mbarriers hand each stage between the copies and its readers
 //   BIT_PLACEMENT               how e2m1 bits are placed in fp16s (nvfp4_bits.cuh): 0 shifts, 1 bytes + prmt
-// each accumulator pair's place in the block tile: row, column of acc[m][n][2h], acc[m][n][2h + 1]
-#define FOR_EACH_PAIR(...)                                                              \
-    _Pragma("unroll") for (int m = 0; m < MT; ++m)                                       \
-    _Pragma("unroll") for (int n = 0; n < NT; ++n)                                       \
-    _Pragma("unroll") for (int h = 0; h < 2; ++h) {                                      \
-        const int row = warp_row + m * M_STRIDE + lane / 4 + 8 * h;                            \
-        const int col = warp_col + n * 8 + lane % 4 * 2;                                 \
-        __VA_ARGS__                                                                      \
-    }
 
 #if MMA == 2
 // the K loop of two tiles in flight, two tiles a turn (the fragment sets swap roles), then the drain:
@@ -344,24 +335,7 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
         // slice r of block q's partial tile goes to block r's stages, as its partial q: every block's
         // stores are fire-and-forget, and the sums read local shared memory alone
         float* partials = reinterpret_cast<float*>(smem);
-        const int slice_rows = TILE_ROWS / splits, slice_shift = __ffs(slice_rows) - 1;  // splits: a power of two
-        cluster_sync();  // every block of the cluster is done with its stages
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {  // a row's pairs (FOR_EACH_PAIR's places) to the block summing its slice
-                const int row = warp_row + m * M_STRIDE + lane / 4 + 8 * h, owner = row >> slice_shift;
-                float* to = partials + ((split << slice_shift) + (row & (slice_rows - 1))) * REDUCE_PITCH + warp_col + lane % 4 * 2;
-                if (owner == split) {  // this block's own slice: plain shared memory
-#pragma unroll
-                    for (int n = 0; n < NT; ++n)
-                        *reinterpret_cast<float2*>(to + n * 8) = make_float2(acc[m][n][2 * h], acc[m][n][2 * h + 1]);
-                } else {
-                    const unsigned remote = peer_address(to, owner);
-#pragma unroll
-                    for (int n = 0; n < NT; ++n) store_cluster2(remote + n * 8 * 4, acc[m][n][2 * h], acc[m][n][2 * h + 1]);
-                }
-            }
+        send_cluster_slices(acc, partials, warp_row, warp_col, lane, split, splits);
         cluster_sync();  // every block's slices have arrived
         sum_cluster_slice(partials, split, splits, out, m0, n0, M, N);
         return;
@@ -386,11 +360,7 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
     if constexpr (TILE_STAGED)
         store_tile(acc, smem, warp_row, out, m0, n0, M, N);
     else
-        FOR_EACH_PAIR(if (n0 + row < N) {
-                          if (m0 + col < M) out[(size_t)(m0 + col) * N + n0 + row] = __float2half_rn(acc[m][n][2 * h] * UNSCALE);
-                          if (m0 + col + 1 < M)
-                              out[(size_t)(m0 + col + 1) * N + n0 + row] = __float2half_rn(acc[m][n][2 * h + 1] * UNSCALE);
-                      })
+        store_pairs(acc, warp_row, out, m0, n0, M, N);
 #else
     FOR_EACH_PAIR(if (m0 + row < M && n0 + col < N) *reinterpret_cast<half2*>(out + (size_t)(m0 + row) * N + n0 + col) =
                       __floats2half2_rn(acc[m][n][2 * h] * UNSCALE, acc[m][n][2 * h + 1] * UNSCALE);)

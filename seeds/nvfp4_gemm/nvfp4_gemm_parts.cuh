@@ -381,3 +381,13 @@ __device__ __forceinline__ void multiply_stage(float (&d)[MT][NT][4], const unsi
 }
 #endif
 #endif
+
+// each accumulator pair's place in the block tile: row, column of acc[m][n][2h], acc[m][n][2h + 1]
+#define FOR_EACH_PAIR(...)                                                              \
+    _Pragma("unroll") for (int m = 0; m < MT; ++m)                                       \
+    _Pragma("unroll") for (int n = 0; n < NT; ++n)                                       \
+    _Pragma("unroll") for (int h = 0; h < 2; ++h) {                                      \
+        const int row = warp_row + m * M_STRIDE + lane / 4 + 8 * h;                            \
+        const int col = warp_col + n * 8 + lane % 4 * 2;                                 \
+        __VA_ARGS__                                                                      \
+    }
