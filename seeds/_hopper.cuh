@@ -78,6 +78,27 @@ __device__ __forceinline__ bool last_to_arrive(unsigned* counter, unsigned arriv
     return true;
 }
 
+// -- every one of `arrivals` blocks waits here until all of them have written their partial results to
+// global memory (then each reads the others' through L2, .cg). The blocks must run at once (a launch
+// that keeps its grid to one wave); the counter counts on across launches: a launch's arrivals take
+// tickets base .. base + arrivals - 1, base a multiple of arrivals (a power of two, so the count may
+// wrap). All threads call it.
+__device__ __forceinline__ void all_arrived(unsigned* counter, unsigned arrivals) {
+    __threadfence();  // this block's writes are visible to the GPU before its ticket is
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned ticket = atomicAdd(counter, 1u), target = ticket - ticket % arrivals + arrivals;
+        unsigned seen;
+        for (;;) {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+            if (static_cast<int>(seen - target) >= 0) break;
+            __nanosleep(32);
+        }
+    }
+    __syncthreads();
+    __threadfence();  // the other blocks' writes are read after their tickets
+}
+
 // -- mbarriers: a "full" barrier completes when its bytes have landed (expect_tx / complete_tx), an
 // "empty" one when every reader is done. Arrivals from another block of the cluster release at CTA
 // scope and waits acquire at CTA scope, as for local ones (what they order is each block's reads of

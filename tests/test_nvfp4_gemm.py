@@ -44,9 +44,12 @@ TMA_MBARRIERS = TMA_CLUSTER.replace(wgmma_in_flight=2, stage_sync="mbarriers")
 BYTES = TMA_MBARRIERS.replace(bit_placement="bytes")
 BYTES_IN_FLIGHT = TMA_IN_FLIGHT.replace(bit_placement="bytes")
 BYTES_SHARED = SHARED.replace(bit_placement="bytes")
+# every block of a split tile waits for the others and sums a slice of the rows from the workspace
+SPREAD = TMA_IN_FLIGHT.replace(stage_sync="mbarriers", split_reduce="spread")
+SPREAD_MMA_SYNC = SPLIT.replace(split_reduce="spread")
 DESIGN_POINTS = (SEED, SPLIT, WIDE, SHARED, WGMMA, WGMMA_WIDE, SWAPPED, SWAPPED_NARROW, SWAPPED_DIRECT_STORE, PREPASS,
                  CLUSTER, CLUSTER_MMA_SYNC, TMA_CLUSTER, TMA_IN_FLIGHT, TMA_SHORT_K, TMA_MBARRIERS, BYTES,
-                 BYTES_IN_FLIGHT, BYTES_SHARED)
+                 BYTES_IN_FLIGHT, BYTES_SHARED, SPREAD, SPREAD_MMA_SYNC)
 
 
 def test_covering_sample_covers_every_value():
@@ -112,6 +115,10 @@ def test_constraints_launch_and_workspace():
     assert splits(CLUSTER, shape["m128_n4096_k7168"], 132, fits) == 2  # 32 clusters of 4 would not run at once
     assert splits(PREPASS, shape["m128_n4096_k7168"], 132, fits) == 4  # the ticket reduction needs no cluster
     assert splits(CLUSTER, mission, 132, fits) == 2
+    # the spread sum needs the tile's blocks to run at once (one wave), not a cluster
+    assert space.is_valid(SPREAD) and space.is_valid(SEED.replace(split_reduce="spread"))
+    assert splits(SPREAD, shape["m128_n4096_k7168"], 132, fits) == 4
+    assert split_workspace(SPREAD, mission, 2) == split_workspace(PREPASS, mission, 2)
 
 
 def test_shapes_it_cannot_compute_are_refused_clearly():

@@ -95,15 +95,16 @@ __device__ __forceinline__ void send_cluster_slices(const float (&acc)[MT][NT][4
 }
 #endif
 
-#if SPLIT_CLUSTER
-// Block `rank` of the SPLITS of a tile's cluster: its slice of the tile, rows rank * TILE_ROWS / SPLITS
-// .., summed over the SPLITS partial slices the blocks sent to its shared memory (`partials`:
-// [SPLITS][TILE_ROWS / SPLITS][REDUCE_PITCH], added in rank order: the same sum in every launch) and
-// stored. A thread loads all its sums before it stores any. Swapped wgmma: tile (row, col) is
-// c[m0 + col][n0 + row], so consecutive threads take consecutive rows (consecutive columns of c);
-// otherwise consecutive columns
-template <int SPLITS>
-__device__ __forceinline__ void sum_slice(const float* partials, int rank, half* out, int m0, int n0, int M, int N) {
+#if SPLIT_CLUSTER || SPLIT_SPREAD
+// Block `rank` of the SPLITS blocks of a split tile: its slice of the tile, rows rank * TILE_ROWS / SPLITS
+// .., summed over the SPLITS partial slices (`partial(q, row, col)`: the float4 at (row, col) of the
+// slice of block q; added in rank order: the same sum in every launch) and stored. A thread loads all
+// its sums before it stores any. Swapped wgmma: tile (row, col) is c[m0 + col][n0 + row], so
+// consecutive threads take consecutive rows (consecutive columns of c); otherwise consecutive columns.
+// The partials: SPLIT_CLUSTER, sent to this block's shared memory by the cluster's blocks; SPLIT_SPREAD,
+// the blocks' whole partial tiles in the global workspace.
+template <int SPLITS, typename Partial>
+__device__ __forceinline__ void sum_slice(const Partial& partial, int rank, half* out, int m0, int n0, int M, int N) {
     constexpr int ROWS = TILE_ROWS / SPLITS, UNIT_ROWS = MMA == 2 ? 2 : 1, UNITS = ROWS * TILE_COLS / 4 / UNIT_ROWS,
                   PASSES = (UNITS + THREADS - 1) / THREADS;
     const int first = rank * ROWS;
@@ -127,7 +128,7 @@ __device__ __forceinline__ void sum_slice(const float* partials, int rank, half*
         for (int q = 0; q < SPLITS; ++q)
 #pragma unroll
             for (int r = 0; r < UNIT_ROWS; ++r) {
-                const float4 v = *reinterpret_cast<const float4*>(partials + (q * ROWS + row + r) * REDUCE_PITCH + col);
+                const float4 v = partial(q, row + r, col);
                 sums[p][r][0] += v.x, sums[p][r][1] += v.y, sums[p][r][2] += v.z, sums[p][r][3] += v.w;
             }
     }
@@ -153,10 +154,51 @@ __device__ __forceinline__ void sum_slice(const float* partials, int rank, half*
     }
 }
 
+// the slice of `rank` summed over `splits` (2, 4 or 8) partial slices, each from `partial_of<SPLITS>()`
+template <typename PartialOf>
+__device__ __forceinline__ void sum_split_slice(const PartialOf& partial_of, int rank, int splits, half* out, int m0,
+                                                int n0, int M, int N) {
+    if (splits == 2) sum_slice<2>(partial_of.template get<2>(), rank, out, m0, n0, M, N);
+    if (SPLIT_K >= 4 && splits == 4) {
+        constexpr int S = SPLIT_K >= 4 ? 4 : 1;
+        sum_slice<S>(partial_of.template get<S>(), rank, out, m0, n0, M, N);
+    }
+    if (SPLIT_K >= 8 && splits == 8) {
+        constexpr int S = SPLIT_K >= 8 ? 8 : 1;
+        sum_slice<S>(partial_of.template get<S>(), rank, out, m0, n0, M, N);
+    }
+}
+
+#if SPLIT_CLUSTER
+// the slices the cluster's blocks sent: [SPLITS][TILE_ROWS / SPLITS][REDUCE_PITCH] in shared memory
+struct ClusterPartials {
+    const float* partials;
+    template <int SPLITS>
+    __device__ auto get() const {
+        const float* base = partials;
+        return [base](int q, int row, int col) {
+            return *reinterpret_cast<const float4*>(base + (q * (TILE_ROWS / SPLITS) + row) * REDUCE_PITCH + col);
+        };
+    }
+};
+
 __device__ __forceinline__ void sum_cluster_slice(const float* partials, int rank, int splits, half* out, int m0, int n0,
                                                   int M, int N) {
-    if (splits == 2) sum_slice<2>(partials, rank, out, m0, n0, M, N);
-    if (SPLIT_K >= 4 && splits == 4) sum_slice<SPLIT_K >= 4 ? 4 : 1>(partials, rank, out, m0, n0, M, N);
-    if (SPLIT_K >= 8 && splits == 8) sum_slice<SPLIT_K >= 8 ? 8 : 1>(partials, rank, out, m0, n0, M, N);
+    sum_split_slice(ClusterPartials{partials}, rank, splits, out, m0, n0, M, N);
 }
+#else
+// every block's whole partial tile, [SPLITS][TILE_ROWS][TILE_COLS] floats in the global workspace, read
+// through L2 (written by other blocks during this launch)
+struct SpreadPartials {
+    const float* records;
+    int rank;
+    template <int SPLITS>
+    __device__ auto get() const {
+        const float* base = records + rank * (TILE_ROWS / SPLITS) * TILE_COLS;
+        return [base](int q, int row, int col) {
+            return __ldcg(reinterpret_cast<const float4*>(base + (q * TILE_ROWS + row) * TILE_COLS + col));
+        };
+    }
+};
+#endif
 #endif

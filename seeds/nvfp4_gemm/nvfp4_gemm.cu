@@ -40,6 +40,9 @@
 //                               1..SPLIT_K), each on a contiguous range of K tiles; each leaves its
 //                               fp32 partial tile in a workspace and the last to take its tile's
 //                               ticket adds the others' to its own and stores
+//   SPLIT_SPREAD                instead, every block waits until the tile's blocks have all left their
+//                               partial tiles, then sums and stores a slice of the rows (the grid runs in
+//                               one wave, so they all run at once)
 //   SPLIT_CLUSTER               instead, the tile's blocks are one cluster (dimensions set at launch):
 //                               each sends slice r of its partial tile to block r's shared memory
 //                               (distributed shared memory) and sums and stores its own slice
@@ -347,6 +350,11 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
         float* records = workspace + tile * splits * BLOCK_M * BLOCK_N;
         FOR_EACH_PAIR(*reinterpret_cast<float2*>(records + split * BLOCK_M * BLOCK_N + row * TILE_COLS + col) =
                           make_float2(acc[m][n][2 * h], acc[m][n][2 * h + 1]);)
+#if SPLIT_SPREAD  // every block waits for the others, then sums and stores slice `split` of the rows
+        all_arrived(tickets + tile, splits);
+        sum_split_slice(SpreadPartials{records, split}, split, splits, out, m0, n0, M, N);
+        return;
+#endif
         if (!last_to_arrive(tickets + tile, splits)) return;
         for (int other = 0; other < splits; ++other) {
             if (other == split) continue;

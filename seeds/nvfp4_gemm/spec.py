@@ -24,7 +24,7 @@ SOURCES = (HERE / "nvfp4_bits.cuh", HERE / "nvfp4_gemm_parts.cuh", HERE / "nvfp4
 DEQUANTS = ("registers", "shared")
 MMAS = ("mma_sync", "wgmma", "wgmma_swapped")
 A_DEQUANTS = ("in_block", "prepass")
-SPLIT_REDUCES = ("ticket", "cluster")
+SPLIT_REDUCES = ("ticket", "cluster", "spread")
 LOADS = ("cp_async", "tma")
 STAGE_SYNCS = ("block_barrier", "mbarriers")
 BIT_PLACEMENTS = ("shifts", "bytes")
@@ -153,7 +153,9 @@ SPACE = Space(
         Choice("split_reduce", SPLIT_REDUCES,
                description="how a split tile's partial results are added: the last block to take the tile's ticket "
                            "reads the others' from a global workspace | the tile's blocks are one thread-block "
-                           "cluster, each sums a slice of the rows over every block's shared memory"),
+                           "cluster, each sums a slice of the rows over every block's shared memory | every block "
+                           "leaves its partial tile in the workspace, waits for the tile's others (the grid runs in "
+                           "one wave) and sums a slice of the rows"),
     ],
     [
         Constraint("warp_tiles_fit", _warp_tiles_fit,
@@ -182,7 +184,7 @@ SPACE = Space(
                    "a thread's register share, 65536 / (threads * blocks_per_sm) up to 255, holds twice its fp32 "
                    "accumulators, block_m * block_n / threads (ptxas refuses wgmma kernels below that)"),
         Constraint("cluster_reduction_fits_the_stages",
-                   lambda g: g["split_reduce"] == "ticket" or _partial_tile_bytes(g) <= shared_bytes(g),
+                   lambda g: g["split_reduce"] != "cluster" or _partial_tile_bytes(g) <= shared_bytes(g),
                    "split_reduce == cluster keeps a block's fp32 partial tile, rows padded by 16 bytes, in its "
                    "shared memory: block_m * (block_n + 4) * 4 (swapped wgmma: block_n * (block_m + 4) * 4) <= "
                    "shared bytes"),
@@ -239,6 +241,7 @@ class Nvfp4Gemm(KernelFamily):
                   "DEQUANT": DEQUANTS.index(g["dequant"]), "MMA": MMAS.index(g["mma"]), "PROMOTE": int(g["promote"]),
                   "A_PREPASS": int(g["a_dequant"] == "prepass"), "SPLIT_CLUSTER": int(g["split_reduce"] == "cluster"),
                   "BIT_PLACEMENT": BIT_PLACEMENTS.index(g["bit_placement"]),
+                  "SPLIT_SPREAD": int(g["split_reduce"] == "spread"),
                   "TMA_LOADS": int(g["loads"] == "tma"), "STAGE_BARRIERS": int(g["stage_sync"] == "mbarriers")}
         flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
             f"-D{name}={value}" for name, value in sorted(macros.items()))
