@@ -47,9 +47,15 @@ BYTES_SHARED = SHARED.replace(bit_placement="bytes")
 # every block of a split tile waits for the others and sums a slice of the rows from the workspace
 SPREAD = TMA_IN_FLIGHT.replace(stage_sync="mbarriers", split_reduce="spread")
 SPREAD_MMA_SYNC = SPLIT.replace(split_reduce="spread")
+# two warpgroups share each K tile of a 64-column tile (each half the steps), summed after the K loop:
+# with the cluster sum, with the ticket and two blocks an SM, and with 64-wide K tiles (one word a run)
+K_SPLIT = TMA_MBARRIERS.replace(block_n=64, warpgroup_k_split=2)
+K_SPLIT_TWO_BLOCKS = TMA_IN_FLIGHT.replace(block_n=64, warpgroup_k_split=2, stage_sync="mbarriers", blocks_per_sm=2,
+                                           stages=3)
+K_SPLIT_SHORT_K = TMA_SHORT_K.replace(block_n=64, warpgroup_k_split=2)
 DESIGN_POINTS = (SEED, SPLIT, WIDE, SHARED, WGMMA, WGMMA_WIDE, SWAPPED, SWAPPED_NARROW, SWAPPED_DIRECT_STORE, PREPASS,
                  CLUSTER, CLUSTER_MMA_SYNC, TMA_CLUSTER, TMA_IN_FLIGHT, TMA_SHORT_K, TMA_MBARRIERS, BYTES,
-                 BYTES_IN_FLIGHT, BYTES_SHARED, SPREAD, SPREAD_MMA_SYNC)
+                 BYTES_IN_FLIGHT, BYTES_SHARED, SPREAD, SPREAD_MMA_SYNC, K_SPLIT, K_SPLIT_TWO_BLOCKS, K_SPLIT_SHORT_K)
 
 
 def test_covering_sample_covers_every_value():
@@ -115,6 +121,11 @@ def test_constraints_launch_and_workspace():
     assert splits(CLUSTER, shape["m128_n4096_k7168"], 132, fits) == 2  # 32 clusters of 4 would not run at once
     assert splits(PREPASS, shape["m128_n4096_k7168"], 132, fits) == 4  # the ticket reduction needs no cluster
     assert splits(CLUSTER, mission, 132, fits) == 2
+    # two warpgroups to a K tile: one 64-column tile, TMA runs
+    assert not space.is_valid(TMA_MBARRIERS.replace(warpgroup_k_split=2))  # 128 columns: two warpgroups each
+    assert not space.is_valid(CLUSTER.replace(block_n=64, warpgroup_k_split=2))  # cp.async spans
+    assert space.is_valid(K_SPLIT_TWO_BLOCKS) and shared_bytes(K_SPLIT_TWO_BLOCKS) <= 113 * 1024
+    assert splits(K_SPLIT, shape["m128_n7168_k2048"], 132) == 1  # 112 tiles of 64 columns
     # the spread sum needs the tile's blocks to run at once (one wave), not a cluster
     assert space.is_valid(SPREAD) and space.is_valid(SEED.replace(split_reduce="spread"))
     assert splits(SPREAD, shape["m128_n4096_k7168"], 132, fits) == 4

@@ -21,13 +21,13 @@ __device__ __forceinline__ uint32_t half_pair(float low, float high) {
 }
 
 __device__ __forceinline__ void store_tile(const float (&acc)[MT][NT][4], unsigned char* staged_bytes, int warp_row,
-                                           half* out, int m0, int n0, int M, int N) {
+                                           half* out, int m0, int n0, int M, int N, bool owns_output = true) {
     half* staged = reinterpret_cast<half*>(staged_bytes);  // [BLOCK_M][STAGED_PITCH]: c's rows m0 .., columns n0 ..
     const int lane = threadIdx.x % 32, i = lane / 8;
     __syncthreads();  // every warp is past its last wgmma: the stages are free
     // matrix i of an x4: accumulator tile n = 2 p + i / 2, rows + 8 (i % 2); lane gives the address of its c row
 #pragma unroll
-    for (int p = 0; p < NT / 2; ++p) {
+    for (int p = 0; p < NT / 2 && owns_output; ++p) {  // (the warps that hold the tile's sums)
         uint32_t r[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j)
@@ -72,14 +72,16 @@ __device__ __forceinline__ void store_pairs(const float (&acc)[MT][NT][4], int w
 // block's partial tile (rows r * TILE_ROWS / splits ..) goes to block r's shared memory (`partials`),
 // as its partial `split`; this block's own slice by plain stores, the others' through distributed
 // shared memory. Every store is fire-and-forget: a second cluster barrier orders them before the sums.
+// (`owns_output` false: a warp whose sums another holds sends nothing.)
 __device__ __forceinline__ void send_cluster_slices(const float (&acc)[MT][NT][4], float* partials, int warp_row,
-                                                    int warp_col, int lane, int split, int splits) {
+                                                    int warp_col, int lane, int split, int splits,
+                                                    bool owns_output = true) {
     const int slice_rows = TILE_ROWS / splits, slice_shift = __ffs(slice_rows) - 1;  // splits: a power of two
     cluster_sync();  // every block of the cluster is done with its stages
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {  // a row's pairs (FOR_EACH_PAIR's places) to the block summing its slice
+        for (int h = 0; h < 2 && owns_output; ++h) {  // a row's pairs (FOR_EACH_PAIR's places) to the block summing its slice
             const int row = warp_row + m * M_STRIDE + lane / 4 + 8 * h, owner = row >> slice_shift;
             float* to = partials + ((split << slice_shift) + (row & (slice_rows - 1))) * REDUCE_PITCH + warp_col + lane % 4 * 2;
             if (owner == split) {  // this block's own slice: plain shared memory
@@ -92,6 +94,24 @@ __device__ __forceinline__ void send_cluster_slices(const float (&acc)[MT][NT][4
                 for (int n = 0; n < NT; ++n) store_cluster2(remote + n * 8 * 4, acc[m][n][2 * h], acc[m][n][2 * h + 1]);
             }
         }
+}
+#endif
+
+#if WARPGROUP_K_SPLIT == 2
+// two warpgroups to a K tile: the second's sums (over the other half of every tile's k16 steps) added
+// to the first's through `sums` (the stages' shared memory, free once everyone is past the K loop:
+// [MT * NT * 4][128], a warpgroup's values thread-major)
+__device__ __forceinline__ void add_other_k_half(float (&acc)[MT][NT][4], float* sums, int k_half) {
+    float (&flat)[MT * NT * 4] = reinterpret_cast<float(&)[MT * NT * 4]>(acc);
+    const int lane_of_group = threadIdx.x % 128;
+    __syncthreads();  // everyone is done with the stages
+    if (k_half == 1)
+#pragma unroll
+        for (int i = 0; i < MT * NT * 4; ++i) sums[i * 128 + lane_of_group] = flat[i];
+    __syncthreads();
+    if (k_half == 0)
+#pragma unroll
+        for (int i = 0; i < MT * NT * 4; ++i) flat[i] += sums[i * 128 + lane_of_group];
 }
 #endif
 

@@ -55,6 +55,8 @@
 //   STAGE_BARRIERS              TMA_LOADS, two in flight: no block barrier between tiles; full and empty
 //                               mbarriers hand each stage between the copies and its readers
 //   BIT_PLACEMENT               how e2m1 bits are placed in fp16s (nvfp4_bits.cuh): 0 shifts, 1 bytes + prmt
+//   WARPGROUP_K_SPLIT           TMA_LOADS: 2: two warpgroups own one 64-column tile, each half of every
+//                               K tile's k16 steps; the second's sums are added to the first's at the end
 
 #if MMA == 2
 // the K loop of two tiles in flight, two tiles a turn (the fragment sets swap roles), then the drain:
@@ -67,8 +69,8 @@ __device__ __forceinline__ void two_tiles_in_flight(int begin, int end, const It
         if (kt + 1 < end) iteration(kt + 1, fragments_1, fragments_0);
     }
     wgmma_wait<0>();
-    pin_registers(reinterpret_cast<uint32_t(&)[BLOCK_K / 4]>(fragments_0));
-    pin_registers(reinterpret_cast<uint32_t(&)[BLOCK_K / 4]>(fragments_1));
+    pin_registers(reinterpret_cast<uint32_t(&)[WG_STEPS * 4]>(fragments_0));
+    pin_registers(reinterpret_cast<uint32_t(&)[WG_STEPS * 4]>(fragments_1));
     pin_registers(reinterpret_cast<float(&)[MT * NT * 4]>(acc));
 }
 #endif
@@ -161,10 +163,14 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
 #if MMA == 1
     const int warp_row = warp % 4 * 16, warp_col = warp / 4 * WG_N;
 #elif MMA == 2  // (row, col) of the accumulators: wgmma's (M, N) = c's (column, row)
-    const int warp_row = warp / 4 * 64 + warp % 4 * 16, warp_col = 0;
+    const int warp_row = warp / 4 / WARPGROUP_K_SPLIT * 64 + warp % 4 * 16, warp_col = 0;
 #else
     const int warp_row = warp / WARPS_N * WARP_M, warp_col = warp % WARPS_N * WARP_N;
 #endif
+    // the warpgroup's half of each K tile's steps (WARPGROUP_K_SPLIT 2); the other half's sums are added
+    // to the first's after the K loop, and the first alone writes the tile
+    const int k_half = MMA == 2 ? warp / 4 % WARPGROUP_K_SPLIT : 0;
+    const bool owns_output = k_half == 0;
     float acc[MT][NT][4] = {};
 #if PROMOTE
     auto add_into_acc = [&](const float (&tile)[MT][NT][4]) {
@@ -202,14 +208,14 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
     // wgmmas are done a thread releases its stage; tile kt + STAGES - 2 goes into tile kt - 2's stage
     // once every thread has released it (a tile later: rarely waited for); each thread's scale copies
     // arrive on the tile's full barrier with thread 0's boxes.
-    using Fragments = uint32_t[BLOCK_K / 16][4];
+    using Fragments = uint32_t[WG_STEPS][4];
     Fragments fragments_0, fragments_1;
     landed(begin);
-    if (begin < end) load_fragments(raw, warp_row, fragments_0);
+    if (begin < end) load_fragments(raw, warp_row, fragments_0, k_half);
     auto iteration = [&](int kt, Fragments& use, Fragments& fill) {
-        multiply_stage(acc, use, tma.stage(kt), false);
+        multiply_stage(acc, use, tma.stage(kt), false, k_half);
         wgmma_wait<1>();  // tile kt - 1's wgmmas are done: `fill` and its stage are free
-        pin_registers(reinterpret_cast<uint32_t(&)[BLOCK_K / 4]>(fill));
+        pin_registers(reinterpret_cast<uint32_t(&)[WG_STEPS * 4]>(fill));
         if (kt > begin) tma.release(kt - 1);
         if (const int next = kt + STAGES - 2; next < end) {
             if (next - STAGES >= begin) tma.wait_empty(next - STAGES);
@@ -218,7 +224,7 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
         }
         if (kt + 1 < end) {
             landed(kt + 1);
-            load_fragments(tma.stage(kt + 1), warp_row, fill);
+            load_fragments(tma.stage(kt + 1), warp_row, fill, k_half);
         }
     };
     two_tiles_in_flight(begin, end, iteration, fragments_0, fragments_1, acc);
@@ -228,18 +234,18 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
     // the warps dequantise b's fragments of tile kt + 1 into the set tile kt - 1 read. One barrier a
     // tile, between the wait and the refill of tile kt - 1's stage (every warpgroup done with it).
     static_assert(STAGES >= 3 && !PROMOTE, "two tiles in flight: 3+ stages, accumulation in the tensor core");
-    using Fragments = uint32_t[BLOCK_K / 16][4];
+    using Fragments = uint32_t[WG_STEPS][4];
     Fragments fragments_0, fragments_1;
     cp_async_wait<STAGES - 2>();  // tile begin has landed (this thread's copies) ...
     fence_proxy_async();          // (wgmma reads a's tile through the async proxy)
     __syncthreads();              // ... everyone's (and TMA_LOADS' barriers are initialised)
     landed(begin);
-    if (begin < end) load_fragments(raw, warp_row, fragments_0);
+    if (begin < end) load_fragments(raw, warp_row, fragments_0, k_half);
     auto iteration = [&](int kt, Fragments& use, Fragments& fill) {
         const int i = kt - begin;
-        multiply_stage(acc, use, raw + i % STAGES * STAGE_BYTES, false);
+        multiply_stage(acc, use, raw + i % STAGES * STAGE_BYTES, false, k_half);
         wgmma_wait<1>();  // tile kt - 1's wgmmas are done: `fill` is free
-        pin_registers(reinterpret_cast<uint32_t(&)[BLOCK_K / 4]>(fill));
+        pin_registers(reinterpret_cast<uint32_t(&)[WG_STEPS * 4]>(fill));
         if (kt + 1 < end) {
             cp_async_wait<STAGES - 3>();  // tile kt + 1 has landed (this thread's copies) ...
             fence_proxy_async();
@@ -247,7 +253,7 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
             if (kt + STAGES - 1 < end) load_stage(kt + STAGES - 1);
             cp_async_commit();
             landed(kt + 1);
-            load_fragments(raw + (i + 1) % STAGES * STAGE_BYTES, warp_row, fill);
+            load_fragments(raw + (i + 1) % STAGES * STAGE_BYTES, warp_row, fill, k_half);
         }
     };
     two_tiles_in_flight(begin, end, iteration, fragments_0, fragments_1, acc);
@@ -262,19 +268,19 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
     // tile's are dequantised into, swapping roles every tile (the loop below takes two tiles a turn):
     // a wgmma reads its A registers while it runs, so a set is pinned until the wait and only then
     // refilled. The other paths have no fragments (a set of one, unused).
-    using Fragments = uint32_t[MMA == 2 ? BLOCK_K / 16 : 1][4];
+    using Fragments = uint32_t[WG_STEPS][4];
     Fragments fragments_0, fragments_1;
     auto prepare = [&](const unsigned char* stage, unsigned char* tiles, Fragments& fill) {
 #if MMA == 2
         if (!A_PREPASS) dequantize_a(stage, tiles);
-        load_fragments(stage, warp_row, fill);
+        load_fragments(stage, warp_row, fill, k_half);
 #else
         dequantize_stage(stage, tiles);
 #endif
     };
     auto multiply = [&](float (&d)[MT][NT][4], const unsigned char* tiles, bool fresh, const Fragments& use) {
 #if MMA == 2
-        multiply_stage(d, use, tiles, fresh);
+        multiply_stage(d, use, tiles, fresh, k_half);
 #elif MMA == 1
         multiply_stage(d, tiles, warp_col, fresh);
 #else
@@ -313,7 +319,7 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
 #if MMA != 0
         wgmma_wait<0>();
 #if MMA == 2
-        pin_registers(reinterpret_cast<uint32_t(&)[BLOCK_K / 4]>(use));
+        pin_registers(reinterpret_cast<uint32_t(&)[WG_STEPS * 4]>(use));
 #endif
 #if PROMOTE
         pin_registers(reinterpret_cast<float(&)[MT * NT * 4]>(tile));
@@ -332,13 +338,16 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
     }
 #endif
 
+#if WARPGROUP_K_SPLIT == 2
+    add_other_k_half(acc, reinterpret_cast<float*>(raw), k_half);
+#endif
     half* out = c + (size_t)batch * M * N;
 #if SPLIT_K > 1 && SPLIT_CLUSTER
     if (splits > 1) {  // the tile's blocks are one cluster (along z): block r sums slice r of the rows
         // slice r of block q's partial tile goes to block r's stages, as its partial q: every block's
         // stores are fire-and-forget, and the sums read local shared memory alone
         float* partials = reinterpret_cast<float*>(smem);
-        send_cluster_slices(acc, partials, warp_row, warp_col, lane, split, splits);
+        send_cluster_slices(acc, partials, warp_row, warp_col, lane, split, splits, owns_output);
         cluster_sync();  // every block's slices have arrived
         sum_cluster_slice(partials, split, splits, out, m0, n0, M, N);
         return;
@@ -348,15 +357,16 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
         // this block's partial tile into its record; the last of the tile's `splits` blocks adds the others'
         const size_t tile = ((size_t)batch * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
         float* records = workspace + tile * splits * BLOCK_M * BLOCK_N;
-        FOR_EACH_PAIR(*reinterpret_cast<float2*>(records + split * BLOCK_M * BLOCK_N + row * TILE_COLS + col) =
-                          make_float2(acc[m][n][2 * h], acc[m][n][2 * h + 1]);)
+        if (owns_output)
+            FOR_EACH_PAIR(*reinterpret_cast<float2*>(records + split * BLOCK_M * BLOCK_N + row * TILE_COLS + col) =
+                              make_float2(acc[m][n][2 * h], acc[m][n][2 * h + 1]);)
 #if SPLIT_SPREAD  // every block waits for the others, then sums and stores slice `split` of the rows
         all_arrived(tickets + tile, splits);
         sum_split_slice(SpreadPartials{records, split}, split, splits, out, m0, n0, M, N);
         return;
 #endif
         if (!last_to_arrive(tickets + tile, splits)) return;
-        for (int other = 0; other < splits; ++other) {
+        for (int other = 0; other < splits && owns_output; ++other) {
             if (other == split) continue;
             FOR_EACH_PAIR(const float2 v = __ldcg(reinterpret_cast<const float2*>(
                               records + other * BLOCK_M * BLOCK_N + row * TILE_COLS + col));
@@ -366,8 +376,8 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
 #endif
 #if MMA == 2  // the pair is c[m0 + col][n0 + row] and c[m0 + col + 1][n0 + row]: through shared memory
     if constexpr (TILE_STAGED)
-        store_tile(acc, smem, warp_row, out, m0, n0, M, N);
-    else
+        store_tile(acc, smem, warp_row, out, m0, n0, M, N, owns_output);
+    else if (owns_output)
         store_pairs(acc, warp_row, out, m0, n0, M, N);
 #else
     FOR_EACH_PAIR(if (m0 + row < M && n0 + col < N) *reinterpret_cast<half2*>(out + (size_t)(m0 + row) * N + n0 + col) =

@@ -13,7 +13,8 @@ constexpr int WG_N = BLOCK_N / WARPS_N;
 constexpr int MT = BLOCK_M / 64, NT = WG_N / 8, M_STRIDE = 64;
 #elif MMA == 2  // operands swapped: warpgroup w owns columns 64 w .. 64 w + 63 of c (b's rows: wgmma's M)
                 // for all BLOCK_M rows of c (a's rows: wgmma's N); a warp 16 of the columns
-static_assert(WARPS_M == 4 && BLOCK_N == 64 * WARPS_N, "swapped wgmma: a warpgroup (4 warps) owns 64 columns");
+static_assert(WARPS_M == 4 && BLOCK_N * WARPGROUP_K_SPLIT == 64 * WARPS_N, "swapped wgmma: a warpgroup (4 warps) owns 64 columns");
+static_assert(WARPGROUP_K_SPLIT == 1 || (TMA_LOADS && WARPS_N == 2), "two warpgroups share a K tile: TMA runs, 64 columns");
 constexpr int MT = 1, NT = BLOCK_M / 8, M_STRIDE = 64;
 #else  // a warp owns (BLOCK_M / WARPS_M) x (BLOCK_N / WARPS_N): MT x NT tiles of 16 x 8
 constexpr int WARP_M = BLOCK_M / WARPS_M, WARP_N = BLOCK_N / WARPS_N;
@@ -24,6 +25,9 @@ static_assert(BLOCK_K % 64 == 0, "BLOCK_K is 64 or 128");
 static_assert(MMA != 1 || DEQUANT == 1, "wgmma reads both operands from shared memory");
 static_assert(MMA != 2 || DEQUANT == 0, "swapped wgmma: b is dequantised in registers");
 static_assert(!A_PREPASS || MMA == 2, "a's fp16 copy feeds the swapped wgmma alone");
+// k16 steps of a K tile one warpgroup multiplies (swapped wgmma; WARPGROUP_K_SPLIT 2: both warpgroups own
+// the same 64 columns of c, each half of the tile's steps, and their sums are added after the K loop)
+constexpr int WG_STEPS = MMA == 2 ? BLOCK_K / 16 / WARPGROUP_K_SPLIT : 1;
 static_assert(!TMA_LOADS || A_PREPASS, "TMA boxes bring in a's fp16 copy and b's packed rows");
 static_assert(!STAGE_BARRIERS || (TMA_LOADS && WGMMA_IN_FLIGHT == 2 && STAGES >= 3),
               "stages handed over by mbarriers alone: TMA loads, two tiles' wgmmas in flight, 3+ stages");
@@ -281,15 +285,17 @@ __device__ __forceinline__ void dequantize_a(const unsigned char* stage, unsigne
 }
 
 // the warpgroup's wgmma over one stage, A from registers (asynchronous: committed, not waited for)
-__device__ __forceinline__ void multiply_stage(float (&d)[MT][NT][4], const uint32_t (&a)[BLOCK_K / 16][4],
-                                               const unsigned char* a_tile, bool fresh) {
+__device__ __forceinline__ void multiply_stage(float (&d)[MT][NT][4], const uint32_t (&a)[WG_STEPS][4],
+                                               const unsigned char* a_tile, bool fresh, int k_half = 0) {
     wgmma_fence();
 #if TMA_LOADS  // one descriptor, then its address field (16-byte units) stepped to each k16 slice
     const uint64_t first = descriptor(a_tile);
 #pragma unroll
-    for (int j = 0; j < BLOCK_K / 16; ++j)
-        wgmma_rs(reinterpret_cast<float(&)[NT * 4]>(d[0]), a[j], first + (j / 4 * BLOCK_M * 128 + j % 4 * 32) / 16,
+    for (int j = 0; j < WG_STEPS; ++j) {
+        const int step = k_half * WG_STEPS + j;  // of the K tile
+        wgmma_rs(reinterpret_cast<float(&)[NT * 4]>(d[0]), a[j], first + (step / 4 * BLOCK_M * 128 + step % 4 * 32) / 16,
                  !(fresh && j == 0));
+    }
 #else
 #pragma unroll
     for (int j = 0; j < BLOCK_K / 16; ++j)

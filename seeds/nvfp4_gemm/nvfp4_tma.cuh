@@ -20,36 +20,46 @@ __device__ __forceinline__ void run_factors(const unsigned char* scales, uint32_
     }
 }
 
-// a row's run for this thread (words w = 0 .. RUN_WORDS - 1: values BLOCK_K / 4 * t + 8 w .. + 7 of the
-// K tile), dequantised: out[w] is dequantize8's four pairs of word w
-__device__ __forceinline__ void run_pairs(const unsigned char* values, const unsigned char* scales, int row,
-                                          uint32_t (&out)[RUN_WORDS][4]) {
+// WORDS words of a row's run for this thread from word `first` (words w = 0 .. RUN_WORDS - 1 of a run:
+// values BLOCK_K / 4 * t + 8 w .. + 7 of the K tile), dequantised: out[w] is dequantize8's four pairs of
+// word first + w
+template <int WORDS>
+__device__ __forceinline__ void run_pairs(const unsigned char* values, const unsigned char* scales, int row, int first,
+                                          uint32_t (&out)[WORDS][4]) {
     const int t = threadIdx.x % 4;
-    uint32_t words[RUN_WORDS], factor[RUN_WORDS / 2];
-    if constexpr (RUN_WORDS == 4) {
-        const uint4 v = *reinterpret_cast<const uint4*>(values + row * ROW_BYTES + t * 16);
+    const unsigned char* from = values + row * ROW_BYTES + t * (RUN_WORDS * 4) + first * 4;
+    uint32_t words[WORDS], factor[(WORDS + 1) / 2];
+    if constexpr (WORDS == 4) {
+        const uint4 v = *reinterpret_cast<const uint4*>(from);
         words[0] = v.x, words[1] = v.y, words[2] = v.z, words[3] = v.w;
-    } else {
-        const uint2 v = *reinterpret_cast<const uint2*>(values + row * ROW_BYTES + t * 8);
+    } else if constexpr (WORDS == 2) {
+        const uint2 v = *reinterpret_cast<const uint2*>(from);
         words[0] = v.x, words[1] = v.y;
+    } else {
+        words[0] = *reinterpret_cast<const uint32_t*>(from);
     }
-    run_factors(scales + row * SCALES + t * (RUN_WORDS / 2), factor);
+    if constexpr (WORDS == 4)
+        run_factors(scales + row * SCALES + t * (RUN_WORDS / 2) + first / 2, factor);
+    else
+        factor[0] = scale_factor(scales[row * SCALES + t * (RUN_WORDS / 2) + first / 2]);
 #pragma unroll
-    for (int w = 0; w < RUN_WORDS; ++w) dequantize8(words[w], factor[w / 2], out[w]);
+    for (int w = 0; w < WORDS; ++w) dequantize8(words[w], factor[w / 2], out[w]);
 }
 
 // the warp's A fragments of one stage in the run order: k16 step j = 2 w + q takes word w's pairs 2q
-// (slots 2t, 2t + 1) and 2q + 1 (slots 2t + 8, 2t + 9), rows g and g + 8 of its 16 columns of c
-__device__ __forceinline__ void load_run_fragments(const unsigned char* stage, int warp_row,
-                                                   uint32_t (&a)[BLOCK_K / 16][4]) {
+// (slots 2t, 2t + 1) and 2q + 1 (slots 2t + 8, 2t + 9), rows g and g + 8 of its 16 columns of c; with
+// two warpgroups to a K tile, warpgroup k_half takes words k_half * RUN_WORDS / 2 .. (its half of the steps)
+__device__ __forceinline__ void load_run_fragments(const unsigned char* stage, int warp_row, uint32_t (&a)[WG_STEPS][4],
+                                                   int k_half) {
+    constexpr int WORDS = RUN_WORDS / WARPGROUP_K_SPLIT;
     const unsigned char* values = stage + A_BYTES;
     const unsigned char* scales = stage + A_BYTES + B_BYTES;
     const int g = threadIdx.x % 32 / 4;
-    uint32_t top[RUN_WORDS][4], bottom[RUN_WORDS][4];
-    run_pairs(values, scales, warp_row + g, top);
-    run_pairs(values, scales, warp_row + g + 8, bottom);
+    uint32_t top[WORDS][4], bottom[WORDS][4];
+    run_pairs(values, scales, warp_row + g, k_half * WORDS, top);
+    run_pairs(values, scales, warp_row + g + 8, k_half * WORDS, bottom);
 #pragma unroll
-    for (int w = 0; w < RUN_WORDS; ++w)
+    for (int w = 0; w < WORDS; ++w)
 #pragma unroll
         for (int q = 0; q < 2; ++q) {
             a[2 * w + q][0] = top[w][2 * q];
@@ -108,9 +118,10 @@ struct TmaStages {
 
 #if DEQUANT == 0 && MMA == 2
 // the swapped wgmma's A fragments of a stage, in the stage's K order
-__device__ __forceinline__ void load_fragments(const unsigned char* stage, int warp_row, uint32_t (&a)[BLOCK_K / 16][4]) {
+__device__ __forceinline__ void load_fragments(const unsigned char* stage, int warp_row, uint32_t (&a)[WG_STEPS][4],
+                                               int k_half = 0) {
 #if TMA_LOADS
-    load_run_fragments(stage, warp_row, a);
+    load_run_fragments(stage, warp_row, a, k_half);
 #else
     load_b_fragments(stage, warp_row, a);
 #endif

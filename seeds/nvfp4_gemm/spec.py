@@ -150,6 +150,11 @@ SPACE = Space(
                description="how an e2m1 code's bits become an fp16's: two shifts and masks per pair of values (15 "
                            "integer operations a word) | the high bytes of four values at once, then prmt over "
                            "zero bytes (11)"),
+        IntRange("warpgroup_k_split", 1, 2,
+                 description="swapped wgmma: warpgroups that share each K tile (2: both own the same 64 columns of "
+                             "c, each dequantises and multiplies half of the tile's k16 steps, and the second's sums "
+                             "are added to the first's after the K loop: half the dequantisation a warp per tile, "
+                             "tiles of 64 columns with eight warps)"),
         Choice("split_reduce", SPLIT_REDUCES,
                description="how a split tile's partial results are added: the last block to take the tile's ticket "
                            "reads the others' from a global workspace | the tile's blocks are one thread-block "
@@ -171,9 +176,16 @@ SPACE = Space(
                    "swapped wgmma takes b's fragments from registers: mma == wgmma_swapped needs dequant == "
                    "registers (a's rows still become an fp16 tile in shared memory, wgmma's B operand)"),
         Constraint("swapped_wgmma_warpgroups_own_64_columns",
-                   lambda g: g["mma"] != "wgmma_swapped" or (g["warps_m"] == 4 and g["block_n"] == 64 * g["warps_n"]),
-                   "swapped wgmma: warps_n warpgroups of 4 warps, each 64 columns of c (wgmma's M): "
-                   "warps_m == 4 and block_n == 64 * warps_n"),
+                   lambda g: g["mma"] != "wgmma_swapped" or (
+                       g["warps_m"] == 4 and g["block_n"] * g["warpgroup_k_split"] == 64 * g["warps_n"]),
+                   "swapped wgmma: warps_n warpgroups of 4 warps, each 64 columns of c (wgmma's M), "
+                   "warpgroup_k_split of them to the same columns: warps_m == 4 and "
+                   "block_n * warpgroup_k_split == 64 * warps_n"),
+        Constraint("warpgroups_sharing_k_tiles_read_tma_runs",
+                   lambda g: g["warpgroup_k_split"] == 1 or (
+                       g["mma"] == "wgmma_swapped" and g["loads"] == "tma" and g["warps_n"] == 2),
+                   "warpgroup_k_split == 2 needs mma == wgmma_swapped, loads == tma and warps_n == 2 (two "
+                   "warpgroups on one 64-column tile)"),
         Constraint("prepass_feeds_swapped_wgmma",
                    lambda g: g["a_dequant"] == "in_block" or g["mma"] == "wgmma_swapped",
                    "a's fp16 copy (a_dequant == prepass) is read by the swapped wgmma alone: mma == wgmma_swapped"),
@@ -202,13 +214,13 @@ SPACE = Space(
     # stored genomes from before these knobs were added built the register path with promotion
     added_later=dict(dequant="registers", mma="mma_sync", promote=True, blocks_per_sm=1, a_dequant="in_block",
                      split_reduce="ticket", wgmma_in_flight=1, loads="cp_async",
-                     stage_sync="block_barrier", bit_placement="shifts"),
+                     stage_sync="block_barrier", bit_placement="shifts", warpgroup_k_split=1),
 )
 
 SEED = SPACE.genome(dict(block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=4, stages=2, dequant="registers",
                          mma="mma_sync", promote=True, blocks_per_sm=1, split_k=1, a_dequant="in_block",
                          split_reduce="ticket", wgmma_in_flight=1, loads="cp_async",
-                         stage_sync="block_barrier", bit_placement="shifts"))
+                         stage_sync="block_barrier", bit_placement="shifts", warpgroup_k_split=1))
 
 
 def gemm_shape(name: str, l: int, m: int, n: int, k: int, *, blocked: bool = False, mission: bool = False):
