@@ -242,7 +242,5 @@ __device__ __forceinline__ void tensor_copy_multicast(void* dst, const TensorMap
 
 // the box of a 3-d tensor map at (column 0, row, head) into this block's shared memory, counted on `bar`
 __device__ __forceinline__ void tensor_copy(void* dst, const TensorMap* map, int row, int head, uint64_t* bar) {
-    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                 "[%0], [%1, {%2, %3, %4}], [%5];" ::"r"(smem_address(dst)), "l"(reinterpret_cast<uint64_t>(map)),
-                 "r"(0), "r"(row), "r"(head), "r"(smem_address(bar)) : "memory");
+    tma_load_3d(dst, map, 0, row, head, bar);
 }
