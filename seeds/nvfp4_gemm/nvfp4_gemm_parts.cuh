@@ -210,12 +210,10 @@ __device__ __forceinline__ void row_word(const unsigned char* values, const unsi
 }
 
 // the 16 x 16 fragments (mma.sync's A layout) of rows row .. row + 15 for the two k16 steps of span s
-__device__ __forceinline__ void span_fragments(const unsigned char* values, const unsigned char* scales, int row, int s,
-                                               uint32_t (&a)[2][4]) {
-    const int g = threadIdx.x % 32 / 4;
-    uint32_t top[4], bottom[4];  // rows g and g + 8
-    row_word(values, scales, row + g, s, top);
-    row_word(values, scales, row + g + 8, s, bottom);
+// one word's pairs of rows g (`top`) and g + 8 (`bottom`) as the A fragments of two k16 steps: step q
+// takes pair 2q (slots 2t, 2t + 1) and pair 2q + 1 (slots 2t + 8, 2t + 9)
+__device__ __forceinline__ void pairs_to_fragments(const uint32_t (&top)[4], const uint32_t (&bottom)[4],
+                                                   uint32_t (&a)[2][4]) {
 #pragma unroll
     for (int step = 0; step < 2; ++step) {
         a[step][0] = top[2 * step];
@@ -223,6 +221,15 @@ __device__ __forceinline__ void span_fragments(const unsigned char* values, cons
         a[step][2] = top[2 * step + 1];
         a[step][3] = bottom[2 * step + 1];
     }
+}
+
+__device__ __forceinline__ void span_fragments(const unsigned char* values, const unsigned char* scales, int row, int s,
+                                               uint32_t (&a)[2][4]) {
+    const int g = threadIdx.x % 32 / 4;
+    uint32_t top[4], bottom[4];  // rows g and g + 8
+    row_word(values, scales, row + g, s, top);
+    row_word(values, scales, row + g + 8, s, bottom);
+    pairs_to_fragments(top, bottom, a);
 }
 
 #if MMA == 0

@@ -59,14 +59,7 @@ __device__ __forceinline__ void load_run_fragments(const unsigned char* stage, i
     run_pairs(values, scales, warp_row + g, k_half * WORDS, top);
     run_pairs(values, scales, warp_row + g + 8, k_half * WORDS, bottom);
 #pragma unroll
-    for (int w = 0; w < WORDS; ++w)
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            a[2 * w + q][0] = top[w][2 * q];
-            a[2 * w + q][1] = bottom[w][2 * q];
-            a[2 * w + q][2] = top[w][2 * q + 1];
-            a[2 * w + q][3] = bottom[w][2 * q + 1];
-        }
+    for (int w = 0; w < WORDS; ++w) pairs_to_fragments(top[w], bottom[w], reinterpret_cast<uint32_t(&)[2][4]>(a[2 * w]));
 }
 
 // The stages' mbarriers (in shared memory after the stages) and thread 0's boxes of a K tile: a's fp16
