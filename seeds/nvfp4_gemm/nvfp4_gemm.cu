@@ -203,31 +203,8 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
         multiply_into_acc(raw + (kt - begin) % STAGES * STAGE_BYTES);
     }
 #elif STAGE_BARRIERS
-    // TMA stages handed over by mbarriers alone, two K tiles' wgmmas in flight: no block barrier, so
-    // the warpgroups, which share the tensor cores, need not keep in step. After tile kt - 1's
-    // wgmmas are done a thread releases its stage; tile kt + STAGES - 2 goes into tile kt - 2's stage
-    // once every thread has released it (a tile later: rarely waited for); each thread's scale copies
-    // arrive on the tile's full barrier with thread 0's boxes.
-    using Fragments = uint32_t[WG_STEPS][4];
-    Fragments fragments_0, fragments_1;
-    landed(begin);
-    if (begin < end) load_fragments(raw, warp_row, fragments_0, k_half);
-    auto iteration = [&](int kt, Fragments& use, Fragments& fill) {
-        multiply_stage(acc, use, tma.stage(kt), false, k_half);
-        wgmma_wait<1>();  // tile kt - 1's wgmmas are done: `fill` and its stage are free
-        pin_registers(reinterpret_cast<uint32_t(&)[WG_STEPS * 4]>(fill));
-        if (kt > begin) tma.release(kt - 1);
-        if (const int next = kt + STAGES - 2; next < end) {
-            if (next - STAGES >= begin) tma.wait_empty(next - STAGES);
-            load_stage(next);
-            tma.scales_arrive(next);
-        }
-        if (kt + 1 < end) {
-            landed(kt + 1);
-            load_fragments(tma.stage(kt + 1), warp_row, fill, k_half);
-        }
-    };
-    two_tiles_in_flight(begin, end, iteration, fragments_0, fragments_1, acc);
+    // TMA stages handed over by mbarriers alone, two K tiles' wgmmas in flight (nvfp4_tma.cuh)
+    tma_k_loop(tma, b_loader, acc, raw, warp_row, k_half, begin, end);
 #elif WGMMA_IN_FLIGHT == 2
     // Swapped wgmma on a's fp16 copy, two K tiles' wgmmas in flight: tile kt's are issued before the
     // warpgroup waits for tile kt - 1's, so the tensor cores always have the next tile queued while

@@ -62,6 +62,32 @@ __device__ __forceinline__ void load_run_fragments(const unsigned char* stage, i
     for (int w = 0; w < WORDS; ++w) pairs_to_fragments(top[w], bottom[w], reinterpret_cast<uint32_t(&)[2][4]>(a[2 * w]));
 }
 
+// byte offset of k16 step `step`'s slice of a's swizzled fp16 tile (BLOCK_K / 64 atoms of BLOCK_M 128-byte
+// rows); offset(half's first step + j) = offset(half's first step) + offset(j) for j < WG_STEPS
+__host__ __device__ constexpr int step_offset(int step) { return step / 4 * BLOCK_M * 128 + step % 4 * 32; }
+
+// the warpgroup's WG_STEPS k16 steps of a stage into d; `first`: the descriptor of its first step's slice
+__device__ __forceinline__ void multiply_steps(float (&d)[MT][NT][4], const uint32_t (&a)[WG_STEPS][4], uint64_t first) {
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < WG_STEPS; ++j) wgmma_rs(reinterpret_cast<float(&)[NT * 4]>(d[0]), a[j], first + step_offset(j) / 16, true);
+    wgmma_commit();
+}
+
+template <int N>
+struct Constant {
+    static constexpr int value = N;
+};
+
+// f(Constant<0>{}), ..., f(Constant<COUNT - 1>{}): a loop unrolled with its index a compile-time constant
+template <int COUNT, int J = 0, typename F>
+__device__ __forceinline__ void unroll_constants(F&& f) {
+    if constexpr (J < COUNT) {
+        f(Constant<J>{});
+        unroll_constants<COUNT, J + 1>(f);
+    }
+}
+
 // The stages' mbarriers (in shared memory after the stages) and thread 0's boxes of a K tile: a's fp16
 // rows m0 .. m0 + BLOCK_M - 1 (3-d map [L][M][K] halves) and b's packed rows n0 .. n0 + BLOCK_N - 1
 // (3-d map [L][N][K / 2] bytes); rows past M or N land as zeros. A stage's "full" barrier completes
@@ -73,10 +99,15 @@ struct TmaStages {
     const TensorMap *a_map, *b_map;
     int m0, n0, batch, begin;
 
-    __device__ uint64_t* barrier(int kt) const { return full + (kt - begin) % STAGES; }
-    __device__ uint64_t* empty(int kt) const { return full + STAGES + (kt - begin) % STAGES; }
+    // K tile kt sits in stage slot (kt - begin) % STAGES; its barriers' phase flips every STAGES tiles.
+    // The *_in forms take the slot (a compile-time constant in an unrolled loop) and the phase.
+    __device__ int slot(int kt) const { return (kt - begin) % STAGES; }
     __device__ unsigned phase(int kt) const { return (kt - begin) / STAGES & 1; }
-    __device__ unsigned char* stage(int kt) const { return raw + (kt - begin) % STAGES * STAGE_BYTES; }
+    __device__ uint64_t* full_in(int s) const { return full + s; }
+    __device__ uint64_t* empty_in(int s) const { return full + STAGES + s; }
+    __device__ unsigned char* stage_in(int s) const { return raw + s * STAGE_BYTES; }
+    __device__ uint64_t* barrier(int kt) const { return full_in(slot(kt)); }
+    __device__ unsigned char* stage(int kt) const { return stage_in(slot(kt)); }
 
     // thread 0, before any copy: the barriers (published to the block by a later __syncthreads)
     __device__ void init() const {
@@ -86,26 +117,30 @@ struct TmaStages {
         }
         barrier_init_fence();
     }
-    // every thread, after its scale copies of tile kt: they count as its arrival on the full barrier
-    __device__ void scales_arrive(int kt) const {
-        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_address(barrier(kt))) : "memory");
+    // every thread, after its scale copies of the tile in slot s: they count as its arrival on the full barrier
+    __device__ void scales_arrive_in(int s) const {
+        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_address(full_in(s))) : "memory");
     }
-    // every thread: done with tile kt's stage (its reads, and its warpgroup's wgmmas)
-    __device__ void release(int kt) const { barrier_arrive(empty(kt)); }
-    // every thread: every thread is done with tile kt's stage, which may be refilled
-    __device__ void wait_empty(int kt) const { barrier_wait(empty(kt), phase(kt)); }
+    __device__ void scales_arrive(int kt) const { scales_arrive_in(slot(kt)); }
+    // every thread: done with the stage in slot s (its reads, and its warpgroup's wgmmas)
+    __device__ void release_in(int s) const { barrier_arrive(empty_in(s)); }
+    // every thread: every thread is done with the stage in slot s, which may be refilled
+    __device__ void wait_empty_in(int s, unsigned parity) const { barrier_wait(empty_in(s), parity); }
     // thread 0: the tile's bytes are announced with b's box, before a's boxes are requested
-    __device__ void issue_b(int kt) const {
-        barrier_expect_bytes(barrier(kt), A_HALVES + BLOCK_N * ROW_BYTES);
-        tma_load_3d(stage(kt) + A_BYTES, b_map, kt * (BLOCK_K / 2), n0, batch, barrier(kt));
+    __device__ void issue_b_in(int s, int kt) const {
+        barrier_expect_bytes(full_in(s), A_HALVES + BLOCK_N * ROW_BYTES);
+        tma_load_3d(stage_in(s) + A_BYTES, b_map, kt * (BLOCK_K / 2), n0, batch, full_in(s));
     }
-    __device__ void issue_a(int kt) const {
+    __device__ void issue_a_in(int s, int kt) const {
 #pragma unroll
         for (int atom = 0; atom < BLOCK_K / 64; ++atom)
-            tma_load_3d(stage(kt) + atom * BLOCK_M * 128, a_map, kt * BLOCK_K + atom * 64, m0, batch, barrier(kt));
+            tma_load_3d(stage_in(s) + atom * BLOCK_M * 128, a_map, kt * BLOCK_K + atom * 64, m0, batch, full_in(s));
     }
-    // every thread: tile kt's boxes have landed (kt < end: only issued tiles complete)
-    __device__ void wait(int kt) const { barrier_wait(barrier(kt), phase(kt)); }
+    __device__ void issue_b(int kt) const { issue_b_in(slot(kt), kt); }
+    __device__ void issue_a(int kt) const { issue_a_in(slot(kt), kt); }
+    // every thread: the tile in slot s has landed (only issued tiles complete)
+    __device__ void wait_in(int s, unsigned parity) const { barrier_wait(full_in(s), parity); }
+    __device__ void wait(int kt) const { wait_in(slot(kt), phase(kt)); }
 };
 #endif
 
@@ -118,5 +153,57 @@ __device__ __forceinline__ void load_fragments(const unsigned char* stage, int w
 #else
     load_b_fragments(stage, warp_row, a);
 #endif
+}
+#endif
+
+#if TMA_LOADS && STAGE_BARRIERS
+// TMA stages handed over by mbarriers alone, two K tiles' wgmmas in flight: no block barrier, so
+// the warpgroups, which share the tensor cores, need not keep in step. After tile kt - 1's
+// wgmmas are done a thread releases its stage; tile kt + STAGES - 2 goes into tile kt - 2's stage
+// once every thread has released it (a tile later: rarely waited for); each thread's scale copies
+// arrive on the tile's full barrier with thread 0's boxes. The loop takes UNROLL tiles a turn, a
+// multiple of STAGES and of the two fragment sets, so each tile's stage slot and fragment set are
+// compile-time constants (addresses and wgmma descriptors are immediates; phases are parities).
+__device__ __forceinline__ void tma_k_loop(const TmaStages& tma, const TileLoader<BLOCK_N>& b_loader, float (&acc)[MT][NT][4],
+                                           const unsigned char* raw, int warp_row, int k_half, int begin, int end) {
+    constexpr int UNROLL = STAGES % 2 ? 2 * STAGES : STAGES;
+    using Fragments = uint32_t[WG_STEPS][4];
+    Fragments fragments[2];
+    const uint64_t a_descriptor = descriptor(raw) + step_offset(k_half * WG_STEPS) / 16;  // slot 0, this half's steps
+    if (begin < end) {  // tile begin's fragments (slot 0, phase 0)
+        tma.wait_in(0, 0);
+        load_fragments(raw, warp_row, fragments[0], k_half);
+    }
+    for (int turn = begin; turn < end; turn += UNROLL) {
+        const int cycles = (turn - begin) / STAGES;  // passes over the slots before this turn
+        unroll_constants<UNROLL>([&](auto j) {
+            constexpr int J = decltype(j)::value, SLOT = J % STAGES, NEXT = (J + STAGES - 2) % STAGES;
+            // the parity of tile turn + t's barrier phases (t >= -UNROLL, a constant once inlined)
+            auto parity = [&](int t) { return unsigned(cycles + (t + UNROLL) / STAGES - UNROLL / STAGES) & 1; };
+            const int kt = turn + J;
+            if (kt >= end) return;
+            Fragments &use = fragments[J % 2], &fill = fragments[1 - J % 2];
+            multiply_steps(acc, use, a_descriptor + SLOT * STAGE_BYTES / 16);
+            wgmma_wait<1>();  // tile kt - 1's wgmmas are done: `fill` and its stage are free
+            pin_registers(reinterpret_cast<uint32_t(&)[WG_STEPS * 4]>(fill));
+            if (kt > begin) tma.release_in((SLOT + STAGES - 1) % STAGES);
+            if (const int next = kt + STAGES - 2; next < end) {  // into tile kt - 2's slot
+                if (next - STAGES >= begin) tma.wait_empty_in(NEXT, parity(J - 2));
+                if (threadIdx.x == 0) {
+                    tma.issue_b_in(NEXT, next);
+                    tma.issue_a_in(NEXT, next);
+                }
+                b_loader.load_scales(tma.stage_in(NEXT) + A_BYTES + B_BYTES, next);
+                tma.scales_arrive_in(NEXT);
+            }
+            if (kt + 1 < end) {
+                tma.wait_in((SLOT + 1) % STAGES, parity(J + 1));
+                load_fragments(tma.stage_in((SLOT + 1) % STAGES), warp_row, fill, k_half);
+            }
+        });
+    }
+    wgmma_wait<0>();
+    pin_registers(reinterpret_cast<uint32_t(&)[2 * WG_STEPS * 4]>(fragments));
+    pin_registers(reinterpret_cast<float(&)[MT * NT * 4]>(acc));
 }
 #endif
