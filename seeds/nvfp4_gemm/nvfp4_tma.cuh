@@ -106,8 +106,6 @@ struct TmaStages {
     __device__ uint64_t* full_in(int s) const { return full + s; }
     __device__ uint64_t* empty_in(int s) const { return full + STAGES + s; }
     __device__ unsigned char* stage_in(int s) const { return raw + s * STAGE_BYTES; }
-    __device__ uint64_t* barrier(int kt) const { return full_in(slot(kt)); }
-    __device__ unsigned char* stage(int kt) const { return stage_in(slot(kt)); }
 
     // thread 0, before any copy: the barriers (published to the block by a later __syncthreads)
     __device__ void init() const {
