@@ -53,9 +53,12 @@ K_SPLIT = TMA_MBARRIERS.replace(block_n=64, warpgroup_k_split=2)
 K_SPLIT_TWO_BLOCKS = TMA_IN_FLIGHT.replace(block_n=64, warpgroup_k_split=2, stage_sync="mbarriers", blocks_per_sm=2,
                                            stages=3)
 K_SPLIT_SHORT_K = TMA_SHORT_K.replace(block_n=64, warpgroup_k_split=2)
+# two such pairs of warpgroups on a 128-column tile (sixteen warps)
+K_SPLIT_WIDE = K_SPLIT.replace(block_n=128, warps_n=4, bit_placement="bytes")
 DESIGN_POINTS = (SEED, SPLIT, WIDE, SHARED, WGMMA, WGMMA_WIDE, SWAPPED, SWAPPED_NARROW, SWAPPED_DIRECT_STORE, PREPASS,
                  CLUSTER, CLUSTER_MMA_SYNC, TMA_CLUSTER, TMA_IN_FLIGHT, TMA_SHORT_K, TMA_MBARRIERS, BYTES,
-                 BYTES_IN_FLIGHT, BYTES_SHARED, SPREAD, SPREAD_MMA_SYNC, K_SPLIT, K_SPLIT_TWO_BLOCKS, K_SPLIT_SHORT_K)
+                 BYTES_IN_FLIGHT, BYTES_SHARED, SPREAD, SPREAD_MMA_SYNC, K_SPLIT, K_SPLIT_TWO_BLOCKS, K_SPLIT_SHORT_K,
+                 K_SPLIT_WIDE)
 
 
 def test_covering_sample_covers_every_value():
@@ -126,6 +129,9 @@ def test_constraints_launch_and_workspace():
     assert not space.is_valid(CLUSTER.replace(block_n=64, warpgroup_k_split=2))  # cp.async spans
     assert space.is_valid(K_SPLIT_TWO_BLOCKS) and shared_bytes(K_SPLIT_TWO_BLOCKS) <= 113 * 1024
     assert splits(K_SPLIT, shape["m128_n7168_k2048"], 132) == 1  # 112 tiles of 64 columns
+    # pairs of warpgroups: warps_n even, two pairs on 128 columns
+    assert space.is_valid(K_SPLIT_WIDE) and not space.is_valid(K_SPLIT.replace(block_n=128, warps_n=3))
+    assert not space.is_valid(TMA_MBARRIERS.replace(block_n=32, warps_n=1, warpgroup_k_split=2))
     # the spread sum needs the tile's blocks to run at once (one wave), not a cluster
     assert space.is_valid(SPREAD) and space.is_valid(SEED.replace(split_reduce="spread"))
     assert splits(SPREAD, shape["m128_n4096_k7168"], 132, fits) == 4

@@ -100,10 +100,11 @@ __device__ __forceinline__ void send_cluster_slices(const float (&acc)[MT][NT][4
 #if WARPGROUP_K_SPLIT == 2
 // two warpgroups to a K tile: the second's sums (over the other half of every tile's k16 steps) added
 // to the first's through `sums` (the stages' shared memory, free once everyone is past the K loop:
-// [MT * NT * 4][128], a warpgroup's values thread-major)
+// [MT * NT * 4][128] for each pair of warpgroups (2p, 2p + 1: columns 64 p ..), values thread-major)
 __device__ __forceinline__ void add_other_k_half(float (&acc)[MT][NT][4], float* sums, int k_half) {
     float (&flat)[MT * NT * 4] = reinterpret_cast<float(&)[MT * NT * 4]>(acc);
     const int lane_of_group = threadIdx.x % 128;
+    if constexpr (WARPS_N > 2) sums += threadIdx.x / 256 * (MT * NT * 4 * 128);  // this pair's
     __syncthreads();  // everyone is done with the stages
     if (k_half == 1)
 #pragma unroll

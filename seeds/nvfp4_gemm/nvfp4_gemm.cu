@@ -55,8 +55,8 @@
 //   STAGE_BARRIERS              TMA_LOADS, two in flight: no block barrier between tiles; full and empty
 //                               mbarriers hand each stage between the copies and its readers
 //   BIT_PLACEMENT               how e2m1 bits are placed in fp16s (nvfp4_bits.cuh): 0 shifts, 1 bytes + prmt
-//   WARPGROUP_K_SPLIT           TMA_LOADS: 2: two warpgroups own one 64-column tile, each half of every
-//                               K tile's k16 steps; the second's sums are added to the first's at the end
+//   WARPGROUP_K_SPLIT           TMA_LOADS: 2: each pair of warpgroups owns 64 columns of the tile, each half
+//                               of every K tile's k16 steps; the second's sums are added to the first's at the end
 
 #if MMA == 2
 // the K loop of two tiles in flight, two tiles a turn (the fragment sets swap roles), then the drain:

@@ -14,7 +14,7 @@ constexpr int MT = BLOCK_M / 64, NT = WG_N / 8, M_STRIDE = 64;
 #elif MMA == 2  // operands swapped: warpgroup w owns columns 64 w .. 64 w + 63 of c (b's rows: wgmma's M)
                 // for all BLOCK_M rows of c (a's rows: wgmma's N); a warp 16 of the columns
 static_assert(WARPS_M == 4 && BLOCK_N * WARPGROUP_K_SPLIT == 64 * WARPS_N, "swapped wgmma: a warpgroup (4 warps) owns 64 columns");
-static_assert(WARPGROUP_K_SPLIT == 1 || (TMA_LOADS && WARPS_N == 2), "two warpgroups share a K tile: TMA runs, 64 columns");
+static_assert(WARPGROUP_K_SPLIT == 1 || (TMA_LOADS && WARPS_N % 2 == 0), "pairs of warpgroups share K tiles: TMA runs");
 constexpr int MT = 1, NT = BLOCK_M / 8, M_STRIDE = 64;
 #else  // a warp owns (BLOCK_M / WARPS_M) x (BLOCK_N / WARPS_N): MT x NT tiles of 16 x 8
 constexpr int WARP_M = BLOCK_M / WARPS_M, WARP_N = BLOCK_N / WARPS_N;

@@ -151,10 +151,10 @@ SPACE = Space(
                            "integer operations a word) | the high bytes of four values at once, then prmt over "
                            "zero bytes (11)"),
         IntRange("warpgroup_k_split", 1, 2,
-                 description="swapped wgmma: warpgroups that share each K tile (2: both own the same 64 columns of "
-                             "c, each dequantises and multiplies half of the tile's k16 steps, and the second's sums "
-                             "are added to the first's after the K loop: half the dequantisation a warp per tile, "
-                             "tiles of 64 columns with eight warps)"),
+                 description="swapped wgmma: warpgroups that share each K tile (2: a pair owns the same 64 columns "
+                             "of c, each dequantises and multiplies half of the tile's k16 steps, and the second's "
+                             "sums are added to the first's after the K loop: half the dequantisation a warp per "
+                             "tile; eight warps on 64 columns, or sixteen on 128)"),
         Choice("split_reduce", SPLIT_REDUCES,
                description="how a split tile's partial results are added: the last block to take the tile's ticket "
                            "reads the others' from a global workspace | the tile's blocks are one thread-block "
@@ -183,9 +183,9 @@ SPACE = Space(
                    "block_n * warpgroup_k_split == 64 * warps_n"),
         Constraint("warpgroups_sharing_k_tiles_read_tma_runs",
                    lambda g: g["warpgroup_k_split"] == 1 or (
-                       g["mma"] == "wgmma_swapped" and g["loads"] == "tma" and g["warps_n"] == 2),
-                   "warpgroup_k_split == 2 needs mma == wgmma_swapped, loads == tma and warps_n == 2 (two "
-                   "warpgroups on one 64-column tile)"),
+                       g["mma"] == "wgmma_swapped" and g["loads"] == "tma" and g["warps_n"] % 2 == 0),
+                   "warpgroup_k_split == 2 needs mma == wgmma_swapped, loads == tma and warps_n even (pairs of "
+                   "warpgroups, each pair on 64 columns of the tile)"),
         Constraint("prepass_feeds_swapped_wgmma",
                    lambda g: g["a_dequant"] == "in_block" or g["mma"] == "wgmma_swapped",
                    "a's fp16 copy (a_dequant == prepass) is read by the swapped wgmma alone: mma == wgmma_swapped"),
