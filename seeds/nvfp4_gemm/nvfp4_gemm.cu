@@ -127,7 +127,7 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
         a_loader.load(stage, stage + A_BYTES + B_BYTES, kt);
 #endif
     };
-    auto load_stage = [&](int kt) {
+    [[maybe_unused]] auto load_stage = [&](int kt) {  // (not the mbarrier-stage loop's: tma_k_loop)
         load_a(kt);
         load_b(kt);
     };

@@ -291,6 +291,10 @@ __device__ __forceinline__ void dequantize_a(const unsigned char* stage, unsigne
     }
 }
 
+// byte offset of k16 step `step`'s slice of a's swizzled fp16 tile (BLOCK_K / 64 atoms of BLOCK_M 128-byte
+// rows); offset(half's first step + j) = offset(half's first step) + offset(j) for j < WG_STEPS
+__host__ __device__ constexpr int step_offset(int step) { return step / 4 * BLOCK_M * 128 + step % 4 * 32; }
+
 // the warpgroup's wgmma over one stage, A from registers (asynchronous: committed, not waited for)
 __device__ __forceinline__ void multiply_stage(float (&d)[MT][NT][4], const uint32_t (&a)[WG_STEPS][4],
                                                const unsigned char* a_tile, bool fresh, int k_half = 0) {
@@ -300,8 +304,7 @@ __device__ __forceinline__ void multiply_stage(float (&d)[MT][NT][4], const uint
 #pragma unroll
     for (int j = 0; j < WG_STEPS; ++j) {
         const int step = k_half * WG_STEPS + j;  // of the K tile
-        wgmma_rs(reinterpret_cast<float(&)[NT * 4]>(d[0]), a[j], first + (step / 4 * BLOCK_M * 128 + step % 4 * 32) / 16,
-                 !(fresh && j == 0));
+        wgmma_rs(reinterpret_cast<float(&)[NT * 4]>(d[0]), a[j], first + step_offset(step) / 16, !(fresh && j == 0));
     }
 #else
 #pragma unroll

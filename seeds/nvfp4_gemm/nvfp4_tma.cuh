@@ -62,10 +62,6 @@ __device__ __forceinline__ void load_run_fragments(const unsigned char* stage, i
     for (int w = 0; w < WORDS; ++w) pairs_to_fragments(top[w], bottom[w], reinterpret_cast<uint32_t(&)[2][4]>(a[2 * w]));
 }
 
-// byte offset of k16 step `step`'s slice of a's swizzled fp16 tile (BLOCK_K / 64 atoms of BLOCK_M 128-byte
-// rows); offset(half's first step + j) = offset(half's first step) + offset(j) for j < WG_STEPS
-__host__ __device__ constexpr int step_offset(int step) { return step / 4 * BLOCK_M * 128 + step % 4 * 32; }
-
 // the warpgroup's WG_STEPS k16 steps of a stage into d; `first`: the descriptor of its first step's slice
 __device__ __forceinline__ void multiply_steps(float (&d)[MT][NT][4], const uint32_t (&a)[WG_STEPS][4], uint64_t first) {
     wgmma_fence();
