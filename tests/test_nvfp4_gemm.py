@@ -131,6 +131,10 @@ def test_constraints_launch_and_workspace():
     assert splits(K_SPLIT, shape["m128_n7168_k2048"], 132) == 1  # 112 tiles of 64 columns
     # pairs of warpgroups: warps_n even, two pairs on 128 columns
     assert space.is_valid(K_SPLIT_WIDE) and not space.is_valid(K_SPLIT.replace(block_n=128, warps_n=3))
+    # each warpgroup of a pair holds the sums of all its 64 columns: sixteen warps at two blocks an SM
+    # (64 registers a thread) cannot hold twice their 64 (ptxas refused one such genome in a search)
+    crowded = K_SPLIT_WIDE.replace(block_k=64, stages=5, blocks_per_sm=2, split_k=4)
+    assert [v.split("'")[1] for v in space.violations(crowded)] == ["registers_hold_the_accumulators"]
     assert not space.is_valid(TMA_MBARRIERS.replace(block_n=32, warps_n=1, warpgroup_k_split=2))
     # the spread sum needs the tile's blocks to run at once (one wave), not a cluster
     assert space.is_valid(SPREAD) and space.is_valid(SEED.replace(split_reduce="spread"))

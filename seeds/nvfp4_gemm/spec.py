@@ -98,7 +98,9 @@ def _partial_tile_bytes(g) -> int:
 
 def _registers_hold_accumulators(g) -> bool:
     threads = g["warps_m"] * g["warps_n"] * 32
-    return min(255, 65536 // (threads * g["blocks_per_sm"])) >= 2 * g["block_m"] * g["block_n"] // threads
+    # warpgroups sharing K tiles each hold the sums of the whole of their columns
+    accumulators = g["block_m"] * g["block_n"] * g["warpgroup_k_split"] // threads
+    return min(255, 65536 // (threads * g["blocks_per_sm"])) >= 2 * accumulators
 
 
 def _two_in_flight_fit(g) -> bool:
@@ -194,7 +196,8 @@ SPACE = Space(
                    f"shared) <= {SMEM_LIMIT} bytes"),
         Constraint("registers_hold_the_accumulators", _registers_hold_accumulators,
                    "a thread's register share, 65536 / (threads * blocks_per_sm) up to 255, holds twice its fp32 "
-                   "accumulators, block_m * block_n / threads (ptxas refuses wgmma kernels below that)"),
+                   "accumulators, block_m * block_n * warpgroup_k_split / threads (ptxas refuses wgmma kernels "
+                   "below that)"),
         Constraint("cluster_reduction_fits_the_stages",
                    lambda g: g["split_reduce"] != "cluster" or _partial_tile_bytes(g) <= shared_bytes(g),
                    "split_reduce == cluster keeps a block's fp32 partial tile, rows padded by 16 bytes, in its "
