@@ -14,7 +14,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _reporting import launch_each
 from seeds import get_family
-from test_nvfp4_gemm import (BYTES, BYTES_SHARED, CLUSTER, CLUSTER_MMA_SYNC, K_SPLIT, K_SPLIT_TWO_BLOCKS, K_SPLIT_WIDE,
+from test_nvfp4_gemm import (BYTES, BYTES_SHARED, CLUSTER, CLUSTER_L2, CLUSTER_MMA_SYNC, K_SPLIT, K_SPLIT_L2,
+                             K_SPLIT_TWO_BLOCKS, K_SPLIT_WIDE,
                              PREPASS, SEED, SHARED, SPLIT, SPREAD, SPREAD_MMA_SYNC, SWAPPED, SWAPPED_DIRECT_STORE,
                              SWAPPED_NARROW, TMA_CLUSTER, TMA_IN_FLIGHT, TMA_MBARRIERS, TMA_SHORT_K, WGMMA, WGMMA_WIDE, WIDE)
 
@@ -31,7 +32,9 @@ genomes = {"seed": SEED, "split-K": SPLIT, "wide": WIDE, "shared + mma.sync": SH
            "e2m1 bits placed by bytes and prmt, shared-memory tiles and mma.sync": BYTES_SHARED,
            "split tiles summed in slices by every block": SPREAD, "mma.sync, split tiles summed in slices": SPREAD_MMA_SYNC,
            "two warpgroups to a K tile": K_SPLIT, "two warpgroups to a K tile, two blocks an SM": K_SPLIT_TWO_BLOCKS,
-           "two pairs of warpgroups on a 128-column tile": K_SPLIT_WIDE}
+           "two pairs of warpgroups on a 128-column tile": K_SPLIT_WIDE,
+           "split tiles' warp rows summed through L2 in a cluster": CLUSTER_L2,
+           "two warpgroups to a K tile, split tiles summed through L2 in a cluster": K_SPLIT_L2}
 shapes = [s for s in family.shapes if s.name not in ("m128_n7168_k16384", "square4096")]
 # a loose bound for the sanitizer's purpose (the evaluator checks rtol = atol = 1e-3)
 launch_each(family, genomes, shapes, max_abs_error=5e-3)

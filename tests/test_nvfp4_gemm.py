@@ -55,10 +55,14 @@ K_SPLIT_TWO_BLOCKS = TMA_IN_FLIGHT.replace(block_n=64, warpgroup_k_split=2, stag
 K_SPLIT_SHORT_K = TMA_SHORT_K.replace(block_n=64, warpgroup_k_split=2)
 # two such pairs of warpgroups on a 128-column tile (sixteen warps)
 K_SPLIT_WIDE = K_SPLIT.replace(block_n=128, warps_n=4, bit_placement="bytes")
+# the split tiles' warp rows summed through the global workspace inside a cluster: the search's best
+# genome so far (two 64-column warpgroups, a split of 2) with it, and the pairs of warpgroups at up to 8 splits
+CLUSTER_L2 = BYTES.replace(stages=5, split_k=2, split_reduce="cluster_l2")
+K_SPLIT_L2 = K_SPLIT.replace(split_reduce="cluster_l2", bit_placement="bytes")
 DESIGN_POINTS = (SEED, SPLIT, WIDE, SHARED, WGMMA, WGMMA_WIDE, SWAPPED, SWAPPED_NARROW, SWAPPED_DIRECT_STORE, PREPASS,
                  CLUSTER, CLUSTER_MMA_SYNC, TMA_CLUSTER, TMA_IN_FLIGHT, TMA_SHORT_K, TMA_MBARRIERS, BYTES,
                  BYTES_IN_FLIGHT, BYTES_SHARED, SPREAD, SPREAD_MMA_SYNC, K_SPLIT, K_SPLIT_TWO_BLOCKS, K_SPLIT_SHORT_K,
-                 K_SPLIT_WIDE)
+                 K_SPLIT_WIDE, CLUSTER_L2, K_SPLIT_L2)
 
 
 def test_covering_sample_covers_every_value():
@@ -135,6 +139,8 @@ def test_constraints_launch_and_workspace():
     # (64 registers a thread) cannot hold twice their 64 (ptxas refused one such genome in a search)
     crowded = K_SPLIT_WIDE.replace(block_k=64, stages=5, blocks_per_sm=2, split_k=4)
     assert [v.split("'")[1] for v in space.violations(crowded)] == ["registers_hold_the_accumulators"]
+    # split tiles' warp rows handed between blocks through L2: the swapped wgmma's rows alone
+    assert space.is_valid(CLUSTER_L2) and not space.is_valid(SPLIT.replace(split_reduce="cluster_l2"))
     assert not space.is_valid(TMA_MBARRIERS.replace(block_n=32, warps_n=1, warpgroup_k_split=2))
     # the spread sum needs the tile's blocks to run at once (one wave), not a cluster
     assert space.is_valid(SPREAD) and space.is_valid(SEED.replace(split_reduce="spread"))

@@ -7,6 +7,8 @@
 // columns of one row of c, 16 bytes), then the block stores c's rows in whole 16-byte pieces (instead of
 // 2-byte stores 2 N bytes apart). `staged` is the block's shared memory, free once every warp is past
 // its last wgmma; where the tile does not fit it (few, small stages), the kernel stores pairs directly.
+// With `groups` > 1 only the columns of c in the tile's 16-row groups w with w % groups == group are
+// stored (those the block summed; SPLIT_CLUSTER_L2).
 constexpr int STAGED_PITCH = BLOCK_N + 8;  // halves of a staged row of c, padded: stmatrix's rows hit distinct banks
 constexpr bool TILE_STAGED = BLOCK_M * STAGED_PITCH * 2 <= SHARED_BYTES;
 
@@ -21,7 +23,8 @@ __device__ __forceinline__ uint32_t half_pair(float low, float high) {
 }
 
 __device__ __forceinline__ void store_tile(const float (&acc)[MT][NT][4], unsigned char* staged_bytes, int warp_row,
-                                           half* out, int m0, int n0, int M, int N, bool owns_output = true) {
+                                           half* out, int m0, int n0, int M, int N, bool owns_output = true,
+                                           int groups = 1, int group = 0) {
     half* staged = reinterpret_cast<half*>(staged_bytes);  // [BLOCK_M][STAGED_PITCH]: c's rows m0 .., columns n0 ..
     const int lane = threadIdx.x % 32, i = lane / 8;
     __syncthreads();  // every warp is past its last wgmma: the stages are free
@@ -40,7 +43,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MT][NT][4], unsign
 #pragma unroll
     for (int unit = threadIdx.x; unit < UNITS; unit += THREADS) {
         const int row = unit / CHUNKS, column = unit % CHUNKS * 8;
-        if (m0 + row >= M || n0 + column >= N) continue;
+        if (m0 + row >= M || n0 + column >= N || column / 16 % groups != group) continue;
         const uint4 piece = *reinterpret_cast<const uint4*>(staged + row * STAGED_PITCH + column);
         half* to = out + (size_t)(m0 + row) * N + n0 + column;
         if (aligned && n0 + column + 8 <= N) {
@@ -94,6 +97,41 @@ __device__ __forceinline__ void send_cluster_slices(const float (&acc)[MT][NT][4
                 for (int n = 0; n < NT; ++n) store_cluster2(remote + n * 8 * 4, acc[m][n][2 * h], acc[m][n][2 * h + 1]);
             }
         }
+}
+#endif
+
+#if SPLIT_CLUSTER_L2
+// A split tile's blocks are one cluster; the 16-row group w of the swapped tile (one warp's rows, the
+// same warp in every block) is summed by block w % splits. A warp whose rows another block sums leaves
+// its fp32 sums in the global workspace, [block][group][MT * NT float4s][lane] (a warp's store covers
+// 512 contiguous bytes); after a cluster barrier (release / acquire: the workspace writes are visible)
+// the summing warp adds the other blocks' in block order, reading through L2. The cluster's distributed
+// shared memory is not used: it moves a partial tile several times slower than L2 does.
+constexpr int ROW_GROUPS = TILE_ROWS / 16;
+
+__device__ __forceinline__ float4* partial_of(float* records, int block, int group) {
+    return reinterpret_cast<float4*>(records) + (size_t)(block * ROW_GROUPS + group) * (MT * NT * 32) + threadIdx.x % 32;
+}
+
+__device__ __forceinline__ void leave_partial(const float (&acc)[MT][NT][4], float4* to) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+            __stcg(to + (m * NT + n) * 32, make_float4(acc[m][n][0], acc[m][n][1], acc[m][n][2], acc[m][n][3]));
+}
+
+__device__ __forceinline__ void add_partial(float (&acc)[MT][NT][4], const float4* from) {
+    float4 v[MT][NT];
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int n = 0; n < NT; ++n) v[m][n] = __ldcg(from + (m * NT + n) * 32);
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+            acc[m][n][0] += v[m][n].x, acc[m][n][1] += v[m][n].y, acc[m][n][2] += v[m][n].z, acc[m][n][3] += v[m][n].w;
 }
 #endif
 

@@ -46,6 +46,9 @@
 //   SPLIT_CLUSTER               instead, the tile's blocks are one cluster (dimensions set at launch):
 //                               each sends slice r of its partial tile to block r's shared memory
 //                               (distributed shared memory) and sums and stores its own slice
+//   SPLIT_CLUSTER_L2            (swapped wgmma) instead, the tile's blocks are one cluster; warp rows
+//                               group w is summed by block w % splits from the others' partial sums,
+//                               left in the global workspace before a cluster barrier
 //   (A_PREPASS: the launch makes nvfp4_gemm the prepass's programmatic dependent: b's first stages
 //    are requested before griddepcontrol.wait, a's after it)
 //   TMA_LOADS                   A_PREPASS: a stage's fp16 tile of a and b's packed rows come in as TMA boxes
@@ -159,11 +162,11 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
         cp_async_commit();
     }
 #endif
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    [[maybe_unused]] const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #if MMA == 1
     const int warp_row = warp % 4 * 16, warp_col = warp / 4 * WG_N;
 #elif MMA == 2  // (row, col) of the accumulators: wgmma's (M, N) = c's (column, row)
-    const int warp_row = warp / 4 / WARPGROUP_K_SPLIT * 64 + warp % 4 * 16, warp_col = 0;
+    [[maybe_unused]] const int warp_row = warp / 4 / WARPGROUP_K_SPLIT * 64 + warp % 4 * 16, warp_col = 0;
 #else
     const int warp_row = warp / WARPS_N * WARP_M, warp_col = warp % WARPS_N * WARP_N;
 #endif
@@ -319,6 +322,8 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
     add_other_k_half(acc, reinterpret_cast<float*>(raw), k_half);
 #endif
     half* out = c + (size_t)batch * M * N;
+    [[maybe_unused]] bool stores = owns_output;  // this warp's sums go to c (a warp of the block storing them)
+    [[maybe_unused]] int groups = 1, group = 0;  // the tile's 16-row groups w with w % groups == group are stored
 #if SPLIT_K > 1 && SPLIT_CLUSTER
     if (splits > 1) {  // the tile's blocks are one cluster (along z): block r sums slice r of the rows
         // slice r of block q's partial tile goes to block r's stages, as its partial q: every block's
@@ -328,6 +333,17 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
         cluster_sync();  // every block's slices have arrived
         sum_cluster_slice(partials, split, splits, out, m0, n0, M, N);
         return;
+    }
+#elif SPLIT_K > 1 && SPLIT_CLUSTER_L2
+    if (splits > 1) {  // the tile's blocks are one cluster (along z): block r sums the row groups w % splits == r
+        const size_t tile = ((size_t)batch * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+        float* records = workspace + tile * splits * BLOCK_M * BLOCK_N;
+        const int row_group = warp_row / 16;
+        stores = owns_output && row_group % splits == split, groups = splits, group = split;
+        if (owns_output && !stores) leave_partial(acc, partial_of(records, split, row_group));
+        cluster_sync();  // every block's partial sums are in the workspace
+        for (int other = 0; other < splits && stores; ++other)
+            if (other != split) add_partial(acc, partial_of(records, other, row_group));
     }
 #elif SPLIT_K > 1
     if (splits > 1) {
@@ -353,8 +369,8 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
 #endif
 #if MMA == 2  // the pair is c[m0 + col][n0 + row] and c[m0 + col + 1][n0 + row]: through shared memory
     if constexpr (TILE_STAGED)
-        store_tile(acc, smem, warp_row, out, m0, n0, M, N, owns_output);
-    else if (owns_output)
+        store_tile(acc, smem, warp_row, out, m0, n0, M, N, stores, groups, group);
+    else if (stores)
         store_pairs(acc, warp_row, out, m0, n0, M, N);
 #else
     FOR_EACH_PAIR(if (m0 + row < M && n0 + col < N) *reinterpret_cast<half2*>(out + (size_t)(m0 + row) * N + n0 + col) =

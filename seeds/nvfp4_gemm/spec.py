@@ -24,7 +24,8 @@ SOURCES = (HERE / "nvfp4_bits.cuh", HERE / "nvfp4_gemm_parts.cuh", HERE / "nvfp4
 DEQUANTS = ("registers", "shared")
 MMAS = ("mma_sync", "wgmma", "wgmma_swapped")
 A_DEQUANTS = ("in_block", "prepass")
-SPLIT_REDUCES = ("ticket", "cluster", "spread")
+SPLIT_REDUCES = ("ticket", "cluster", "spread", "cluster_l2")
+CLUSTERED = ("cluster", "cluster_l2")  # split_reduce values whose split tiles are one thread-block cluster
 LOADS = ("cp_async", "tma")
 STAGE_SYNCS = ("block_barrier", "mbarriers")
 BIT_PLACEMENTS = ("shifts", "bytes")
@@ -60,12 +61,12 @@ def output_tiles(g, s: ProblemShape) -> tuple[int, int, int]:
 def splits(g, s: ProblemShape, multiprocessors: int, clusters_fit=None) -> int:
     """Blocks sharing an output tile at shape s: the most (a power of two, at most split_k) whose grid
     still runs in one wave of blocks_per_sm blocks on each SM (1 when the tiles alone fill it); with
-    split_reduce == cluster also at most what ``clusters_fit(count)`` says run at once (clusters of
+    a cluster split_reduce also at most what ``clusters_fit(count)`` says run at once (clusters of
     `count` blocks lie in one GPC each, so fewer fit than SMs / count)."""
     x, y, z = output_tiles(g, s)
     slots, count = multiprocessors * g["blocks_per_sm"], 1
     while count * 2 <= g["split_k"] and x * y * z * count * 2 <= slots:
-        if g["split_reduce"] == "cluster" and clusters_fit is not None and x * y * z > clusters_fit(count * 2):
+        if g["split_reduce"] in CLUSTERED and clusters_fit is not None and x * y * z > clusters_fit(count * 2):
             break
         count *= 2
     return count
@@ -162,7 +163,10 @@ SPACE = Space(
                            "reads the others' from a global workspace | the tile's blocks are one thread-block "
                            "cluster, each sums a slice of the rows over every block's shared memory | every block "
                            "leaves its partial tile in the workspace, waits for the tile's others (the grid runs in "
-                           "one wave) and sums a slice of the rows"),
+                           "one wave) and sums a slice of the rows | (swapped wgmma) the tile's blocks are one "
+                           "cluster, each warp's 16 rows summed by one block: the warps of the others leave their "
+                           "partial sums in the global workspace (L2), one cluster barrier, and the summing warps "
+                           "add them to their own and store (distributed shared memory is slower than L2)"),
     ],
     [
         Constraint("warp_tiles_fit", _warp_tiles_fit,
@@ -188,6 +192,10 @@ SPACE = Space(
                        g["mma"] == "wgmma_swapped" and g["loads"] == "tma" and g["warps_n"] % 2 == 0),
                    "warpgroup_k_split == 2 needs mma == wgmma_swapped, loads == tma and warps_n even (pairs of "
                    "warpgroups, each pair on 64 columns of the tile)"),
+        Constraint("l2_exchange_sums_swapped_warp_rows",
+                   lambda g: g["split_reduce"] != "cluster_l2" or g["mma"] == "wgmma_swapped",
+                   "split_reduce == cluster_l2 hands a warp's 16 rows of the swapped tile between blocks: mma == "
+                   "wgmma_swapped"),
         Constraint("prepass_feeds_swapped_wgmma",
                    lambda g: g["a_dequant"] == "in_block" or g["mma"] == "wgmma_swapped",
                    "a's fp16 copy (a_dequant == prepass) is read by the swapped wgmma alone: mma == wgmma_swapped"),
@@ -257,6 +265,7 @@ class Nvfp4Gemm(KernelFamily):
                   "A_PREPASS": int(g["a_dequant"] == "prepass"), "SPLIT_CLUSTER": int(g["split_reduce"] == "cluster"),
                   "BIT_PLACEMENT": BIT_PLACEMENTS.index(g["bit_placement"]),
                   "SPLIT_SPREAD": int(g["split_reduce"] == "spread"),
+                  "SPLIT_CLUSTER_L2": int(g["split_reduce"] == "cluster_l2"),
                   "TMA_LOADS": int(g["loads"] == "tma"), "STAGE_BARRIERS": int(g["stage_sync"] == "mbarriers")}
         flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
             f"-D{name}={value}" for name, value in sorted(macros.items()))
@@ -333,7 +342,7 @@ class Nvfp4Gemm(KernelFamily):
         (function, prepass), g, workspaces = kernel
         a, b, sfa, sfb = inputs
         l, m, k = shape["l"], shape["m"], shape["k"]
-        cluster = g["split_reduce"] == "cluster"
+        cluster = g["split_reduce"] in CLUSTERED
 
         def clusters_fit(size: int) -> int:  # asked of the driver once per size
             if ("clusters", size) not in workspaces:
@@ -342,8 +351,9 @@ class Nvfp4Gemm(KernelFamily):
             return workspaces[("clusters", size)]
 
         split = splits(g, shape, multiprocessors(), clusters_fit if cluster else None)
-        records, tickets = ticketed_workspace(workspaces, shape, *split_workspace(g, shape, 1 if cluster else split),
-                                              a.device)
+        # (the sum through distributed shared memory needs no workspace)
+        floats, counters = split_workspace(g, shape, 1 if g["split_reduce"] == "cluster" else split)
+        records, tickets = ticketed_workspace(workspaces, shape, floats, counters, a.device)
         if g["a_dequant"] == "prepass":  # a's fp16 copy first (l * m * k halves, kept as floats)
             a_halves, _ = ticketed_workspace(workspaces, ("a_halves", shape), l * m * k // 2, 0, a.device)
             units = l * m * k // 32
