@@ -107,6 +107,7 @@ __device__ __forceinline__ void send_cluster_slices(const float (&acc)[MT][NT][4
 // 512 contiguous bytes); after a cluster barrier (release / acquire: the workspace writes are visible)
 // the summing warp adds the other blocks' in block order, reading through L2. The cluster's distributed
 // shared memory is not used: it moves a partial tile several times slower than L2 does.
+static_assert(MMA == 2, "the L2 split sum hands the swapped tile's warp rows between blocks");
 constexpr int ROW_GROUPS = TILE_ROWS / 16;
 
 __device__ __forceinline__ float4* partial_of(float* records, int block, int group) {
