@@ -295,24 +295,24 @@ __device__ __forceinline__ void dequantize_a(const unsigned char* stage, unsigne
 // rows); offset(half's first step + j) = offset(half's first step) + offset(j) for j < WG_STEPS
 __host__ __device__ constexpr int step_offset(int step) { return step / 4 * BLOCK_M * 128 + step % 4 * 32; }
 
+#if TMA_LOADS  // (nvfp4_tma.cuh) the warpgroup's WG_STEPS k16 steps from the slice of descriptor `first`
+__device__ __forceinline__ void multiply_steps(float (&d)[MT][NT][4], const uint32_t (&a)[WG_STEPS][4], uint64_t first,
+                                               bool fresh = false);
+#endif
+
 // the warpgroup's wgmma over one stage, A from registers (asynchronous: committed, not waited for)
 __device__ __forceinline__ void multiply_stage(float (&d)[MT][NT][4], const uint32_t (&a)[WG_STEPS][4],
                                                const unsigned char* a_tile, bool fresh, int k_half = 0) {
-    wgmma_fence();
-#if TMA_LOADS  // one descriptor, then its address field (16-byte units) stepped to each k16 slice
-    const uint64_t first = descriptor(a_tile);
-#pragma unroll
-    for (int j = 0; j < WG_STEPS; ++j) {
-        const int step = k_half * WG_STEPS + j;  // of the K tile
-        wgmma_rs(reinterpret_cast<float(&)[NT * 4]>(d[0]), a[j], first + step_offset(step) / 16, !(fresh && j == 0));
-    }
+#if TMA_LOADS  // this warpgroup's half of the K tile's steps
+    multiply_steps(d, a, descriptor(a_tile) + step_offset(k_half * WG_STEPS) / 16, fresh);
 #else
+    wgmma_fence();
 #pragma unroll
     for (int j = 0; j < BLOCK_K / 16; ++j)
         wgmma_rs(reinterpret_cast<float(&)[NT * 4]>(d[0]), a[j],
                  descriptor(a_tile + j / 4 * BLOCK_M * 128 + j % 4 * 32), !(fresh && j == 0));
-#endif
     wgmma_commit();
+#endif
 }
 #endif
 #else

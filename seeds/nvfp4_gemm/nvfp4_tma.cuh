@@ -62,11 +62,15 @@ __device__ __forceinline__ void load_run_fragments(const unsigned char* stage, i
     for (int w = 0; w < WORDS; ++w) pairs_to_fragments(top[w], bottom[w], reinterpret_cast<uint32_t(&)[2][4]>(a[2 * w]));
 }
 
-// the warpgroup's WG_STEPS k16 steps of a stage into d; `first`: the descriptor of its first step's slice
-__device__ __forceinline__ void multiply_steps(float (&d)[MT][NT][4], const uint32_t (&a)[WG_STEPS][4], uint64_t first) {
+// the warpgroup's WG_STEPS k16 steps of a stage into d (asynchronous: committed, not waited for); `first`:
+// the descriptor of its first step's slice, whose address field (16-byte units) is stepped to the others';
+// `fresh`: the first step overwrites d
+__device__ __forceinline__ void multiply_steps(float (&d)[MT][NT][4], const uint32_t (&a)[WG_STEPS][4], uint64_t first,
+                                               bool fresh) {
     wgmma_fence();
 #pragma unroll
-    for (int j = 0; j < WG_STEPS; ++j) wgmma_rs(reinterpret_cast<float(&)[NT * 4]>(d[0]), a[j], first + step_offset(j) / 16, true);
+    for (int j = 0; j < WG_STEPS; ++j)
+        wgmma_rs(reinterpret_cast<float(&)[NT * 4]>(d[0]), a[j], first + step_offset(j) / 16, !(fresh && j == 0));
     wgmma_commit();
 }
 
