@@ -16,8 +16,8 @@ replaces source text to leave work out (the results are wrong; the times bound w
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nvfp4_ab import parse_variant  # noqa: E402
+from fitness import BuildConfig, Builder, Status  # noqa: E402
 from seeds import get_family  # noqa: E402
 
 STAMPS = r'''
@@ -54,7 +55,8 @@ BOUNDS = {  # name: (source text, replacement)
     "half_a_boxes": (("for (int atom = 0; atom < BLOCK_K / 64; ++atom)", "for (int atom = 0; atom < 1; ++atom)"),
                      ("barrier_expect_bytes(full_in(s), A_HALVES + BLOCK_N * ROW_BYTES)",
                       "barrier_expect_bytes(full_in(s), BLOCK_M * 128 + BLOCK_N * ROW_BYTES)")),
-    "no_wgmma": (("wgmma_rs(reinterpret_cast<float(&)[NT * 4]>(d[0]), a[j], first + step_offset(j) / 16, true);",
+    "no_wgmma": (("wgmma_rs(reinterpret_cast<float(&)[NT * 4]>(d[0]), a[j], first + step_offset(j) / 16, "
+                  "!(fresh && j == 0));",
                   'asm volatile("" :: "r"(a[j][0]), "r"(a[j][1]), "r"(a[j][2]), "r"(a[j][3]));'),),
     "no_dequant": (("for (int w = 0; w < WORDS; ++w) dequantize8(words[w], factor[w / 2], out[w]);",
                     "for (int w = 0; w < WORDS; ++w) { out[w][0] = words[w]; out[w][1] = words[w] ^ factor[w / 2]; "
@@ -66,20 +68,22 @@ BOUNDS = {  # name: (source text, replacement)
 }
 
 
-def source(family, genome, bounds: list[str], stamped: bool) -> str:
-    text = family.build_recipe(genome).source
+def recipe(family, genome, bounds: list[str], stamped: bool):
+    """The family's build recipe for `genome`, its source with the bounds and (if `stamped`) the stamps."""
+    plain = family.build_recipe(genome)
+    text = plain.source
     for bound in bounds:
         for old, new in BOUNDS[bound]:
             if old not in text:
                 raise SystemExit(f"bound {bound}: the source has no {old[:60]!r}")
             text = text.replace(old, new)
     if not stamped:
-        return "#define STAMP(i)\n" + text
+        return dataclasses.replace(plain, source="#define STAMP(i)\n" + text)
     for place, stamp in POINTS:
         old = place.replace("|", "")
         if old in text:
             text = text.replace(old, place.replace("|", stamp + "\n") if "|" in place else old + "\n" + stamp, 1)
-    return STAMPS + text
+    return dataclasses.replace(plain, source=STAMPS + text)
 
 
 def main() -> None:
@@ -98,6 +102,7 @@ def main() -> None:
     if unknown := [n for n in args.shapes.split(",") if n not in names]:
         parser.error(f"no shape {unknown[0]!r}; the family's: {', '.join(names)}")
     work = Path(tempfile.mkdtemp())
+    builder = Builder(BuildConfig(work / "cache"))
     for text in args.variant:
         head, sep, rest = text.partition("=")
         label, _, bound_text = head.partition("@")
@@ -113,12 +118,12 @@ def main() -> None:
             inputs, output = family.make_inputs(shape, generator), family.make_output(shape)
             reference = family.reference(shape, inputs)
             for stamped in (False, True):
-                path = work / f"{genome.id}-{'+'.join(bounds)}-{int(stamped)}.cu"
-                path.write_text(source(family, genome, bounds, stamped))
-                recipe = family.build_recipe(genome)
-                subprocess.run([recipe.compiler, "-cubin", *recipe.flags, "-o", str(path.with_suffix(".cubin")),
-                                str(path)], check=True, capture_output=True)
-                kernel = family.load(path.with_suffix(".cubin"), genome)
+                build = builder.build(genome.id, recipe(family, genome, bounds, stamped))
+                if build.status is not Status.OK:
+                    raise SystemExit(f"{text}: {build.status.value}: {build.message}")
+                path = work / f"{build.artifact_key}.cubin"
+                path.write_bytes(build.artifact)
+                kernel = family.load(path, genome)
                 output.fill_(float("nan"))
                 family.launch(kernel, shape, inputs, output)
                 torch.cuda.synchronize()

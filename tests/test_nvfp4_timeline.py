@@ -2,11 +2,12 @@
 source they patch, and the stamped source builds (CPU; nvcc)."""
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from fitness import BuildConfig, Builder, Status
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import nvfp4_timeline as timeline  # noqa: E402
@@ -20,28 +21,26 @@ def stamps(text: str) -> list[str]:
 def test_every_bound_finds_its_text_in_the_mbarrier_stage_loop():
     plain = FAMILY.build_recipe(K_SPLIT).source
     for bound in timeline.BOUNDS:
-        assert timeline.source(FAMILY, K_SPLIT, [bound], stamped=False) != "#define STAMP(i)\n" + plain, bound
+        assert timeline.recipe(FAMILY, K_SPLIT, [bound], stamped=False).source != "#define STAMP(i)\n" + plain, bound
 
 
 def test_stamps_land_at_every_point_of_both_cluster_sums():  # (the text holds every path; macros pick)
     for genome in (CLUSTER, CLUSTER_L2):
-        assert stamps(timeline.source(FAMILY, genome, [], stamped=True)) == list("0123456")
+        assert stamps(timeline.recipe(FAMILY, genome, [], stamped=True).source) == list("0123456")
 
 
 def test_a_bound_whose_text_is_gone_stops_the_tool():
     timeline.BOUNDS["vanished"] = (("text no kernel has", ""),)
     try:
         with pytest.raises(SystemExit, match="vanished"):
-            timeline.source(FAMILY, K_SPLIT, ["vanished"], stamped=False)
+            timeline.recipe(FAMILY, K_SPLIT, ["vanished"], stamped=False)
     finally:
         del timeline.BOUNDS["vanished"]
 
 
 @pytest.mark.nvcc
 def test_the_stamped_source_with_bounds_builds(tmp_path):
-    recipe = FAMILY.build_recipe(CLUSTER_L2)
-    source = tmp_path / "stamped.cu"
-    source.write_text(timeline.source(FAMILY, CLUSTER_L2, ["no_a_boxes", "no_dequant"], stamped=True))
-    subprocess.run([recipe.compiler, "-cubin", *recipe.flags, "-o", str(tmp_path / "stamped.cubin"), str(source)],
-                   check=True, capture_output=True)
-    assert (tmp_path / "stamped.cubin").stat().st_size > 0
+    build = Builder(BuildConfig(tmp_path)).build(
+        CLUSTER_L2.id, timeline.recipe(FAMILY, CLUSTER_L2, ["no_a_boxes", "no_dequant"], stamped=True))
+    assert build.status is Status.OK, build.message
+    assert build.artifact
