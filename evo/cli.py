@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     search = commands.add_parser("search", help="run (or resume) a search")
     search.add_argument("--family", help="kernel family (see `evo families`; default flashcore)")
+    search.add_argument("--mission", metavar="SHAPE", help="tune for this shape of the family: its time is the "
+                        "fitness, and a ratio target is to its anchor (default: the family's mission shape; every "
+                        "shape is still verified)")
     search.add_argument("--target", help="stop when a kernel is this fast: 40us, 2ms, or 0.5x the anchor")
     search.add_argument("--budget", type=_positive_int, help="evaluations, seeds included (default 100)")
     search.add_argument("--time-budget", help="wall-clock limit: 90s, 10m, 1h")

@@ -41,7 +41,7 @@ def _open(database: Database, *, create: bool = True) -> Store:
 
 
 # -- search -------------------------------------------------------------------------------------
-FLAG_FIELDS = {"family": "family", "target": "target", "budget": "budget", "strategy": "strategy",
+FLAG_FIELDS = {"family": "family", "mission": "mission", "target": "target", "budget": "budget", "strategy": "strategy",
                "population": "population", "seed": "seed", "trials": "trials", "gate_rounds": "gate_rounds"}
 RESUMABLE_OVERRIDES = {"budget", "time_budget"}
 DEFAULT_FAMILY = "flashcore"  # the product's headline; experiments/flashcore.toml spells out its settings
@@ -91,7 +91,7 @@ def cmd_search(args, console: Console) -> int:
         stored.update({k: v for k, v in settings.items() if k in ("budget", "time_budget_s")})
         try:
             config = SearchConfig.from_dict(stored)
-            get_family(config.family)
+            get_family(config.family_reference)
         except ValueError as exc:
             raise BadInput(f"run {args.resume} cannot resume: {exc}") from None
         search = Search(config, store, ConsoleReporter(console, budget=config.budget), ray_address=args.ray_address)
@@ -104,7 +104,7 @@ def cmd_search(args, console: Console) -> int:
         config = SearchConfig(**settings)
         from evo.strategies import make_strategy
 
-        family = get_family(config.family)
+        family = get_family(config.family_reference)
         make_strategy(config.strategy, family.space, seed=config.seed, population=config.population,
                       options=config.strategy_options)
     except ValueError as exc:

@@ -2,6 +2,7 @@
 
     [search]
     family = "cpu_gemm"
+    mission = "tall"            # the shape whose time is the fitness (default: the family's mission shape)
     strategy = "evolution"      # evolution | random | optuna
     target = "0.8x"             # 40us, 2ms, 1.5s, or a ratio to the anchor: 0.5x
     budget = 40                 # evaluations, seeds included
@@ -28,7 +29,7 @@ _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*$")
 _SCALE = {"ms": 1e-3, "s": 1.0, None: 1.0, "m": 60.0, "h": 3600.0}
 
 SEARCH_KEYS = {
-    "family": str, "strategy": str, "target": str, "budget": int, "time_budget": (str, int, float),
+    "family": str, "mission": str, "strategy": str, "target": str, "budget": int, "time_budget": (str, int, float),
     "population": int, "seed": int, "trials": int, "build_timeout": (str, int, float),
     "eval_timeout": (str, int, float), "watchdog_factor": (int, float), "cache_dir": str, "gate_rounds": int,
 }

@@ -32,6 +32,7 @@ class SearchConfig:
     """Everything that defines a search; stored with the run so that it can resume."""
 
     family: str
+    mission: str | None = None  # the shape whose time is the fitness (default: the family's own mission shape)
     strategy: str = "evolution"
     strategy_options: dict = field(default_factory=dict)
     target: str | None = None
@@ -66,6 +67,17 @@ class SearchConfig:
             raise ValueError(f"gate_rounds must be a whole number >= 0, got {self.gate_rounds!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        if self.mission is not None:
+            if not isinstance(self.mission, str) or not self.mission or "@" in self.mission:
+                raise ValueError(f"mission must be the name of one of the family's shapes, got {self.mission!r}")
+            if "@" in self.family:
+                raise ValueError(f"family {self.family!r} already names its mission shape; drop mission "
+                                 f"{self.mission!r} or the @ suffix")
+
+    @property
+    def family_reference(self) -> str:
+        """What ``get_family`` takes: the family, retargeted to ``mission`` when one is set."""
+        return self.family if self.mission is None else f"{self.family}@{self.mission}"
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -120,7 +132,7 @@ class Search:
         self.store = store
         self.reporter = reporter
         self.ray_address = ray_address
-        self.family = get_family(config.family)
+        self.family = get_family(config.family_reference)
         self.target = Target.parse(config.target) if config.target else None
         self.strategy: Strategy = make_strategy(config.strategy, self.family.space, seed=config.seed,
                                                 population=config.population, options=config.strategy_options)

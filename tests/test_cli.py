@@ -38,6 +38,11 @@ def run_bad(argv, capsys, tmp_path, expected):
     (["search", "--resume", "3", "--family", "cpu_gemm"], "--resume continues a run with its own settings"),
     (["search", "--family", "tests.families.nowhere:FAMILY"], "cannot import"),
     (["search", "--family", "cpu_gemm", "--gate-rounds", "-1"], "gate_rounds must be a whole number >= 0"),
+    (["search", "--family", "cpu_gemm", "--mission", "huge"],
+     "family 'cpu_gemm' has no shape 'huge'; its shapes: mission, tall, ragged"),
+    (["search", "--family", "cpu_gemm@huge"], "family 'cpu_gemm' has no shape 'huge'"),
+    (["search", "--family", "cpu_gemm@tall", "--mission", "ragged"], "already names its mission shape"),
+    (["search", "--family", "cpu_gemm", "--mission", ""], "mission must be the name of one of the family's shapes"),
     (["show", "1"], "no database at"),
     (["show", "one"], "not an integer"),
     (["lineage", "1"], "no database at"),
@@ -94,10 +99,23 @@ def test_outdated_database_is_refused_with_the_upgrade_hint(capsys, tmp_path):
 def test_experiment_file_is_read_and_flags_override_it(tmp_path):
     experiment = tmp_path / "e.toml"
     experiment.write_text('[search]\nfamily = "cpu_gemm"\nbudget = 12\ntime_budget = "2m"\ntarget = "0.5x"\n'
-                          '[strategy]\nelite = 3\n')
+                          'mission = "tall"\n[strategy]\nelite = 3\n')
     settings_, options = load_experiment(experiment)
-    assert settings_ == {"family": "cpu_gemm", "budget": 12, "time_budget_s": 120.0, "target": "0.5x"}
+    assert settings_ == {"family": "cpu_gemm", "budget": 12, "time_budget_s": 120.0, "target": "0.5x", "mission": "tall"}
     assert options == {"elite": 3}
+
+
+def test_mission_retargets_a_copy_of_the_family():
+    from evo.search import SearchConfig
+    from seeds import get_family
+
+    plain, tall = get_family("cpu_gemm"), get_family(SearchConfig("cpu_gemm", mission="tall").family_reference)
+    assert tall is get_family("cpu_gemm@tall") and tall.reference_key == "cpu_gemm@tall"
+    assert tall.mission_shape.name == "tall" and [s.name for s in tall.shapes] == [s.name for s in plain.shapes]
+    assert plain.mission_shape.name == "mission" and plain.reference_key == "cpu_gemm"  # the family itself unchanged
+    assert tall.space is plain.space and tall.name == plain.name
+    config = SearchConfig("cpu_gemm", mission="tall", budget=3)
+    assert SearchConfig.from_dict(config.to_dict()) == config  # stored with the run, to resume
 
 
 def test_shipped_experiment_files_are_valid():

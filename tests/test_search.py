@@ -122,6 +122,30 @@ def test_a_reachable_target_stops_the_search(ray_session, tmp_path, capsys):
     check_store_invariants(db)
 
 
+def test_a_search_tuned_for_another_shape(ray_session, tmp_path, capsys):
+    """--mission: the fitness is the time at that shape (every shape still verified), and the run keeps
+    the retargeted family, so show, lineage, a ratio target and export all use that shape."""
+    db = tmp_path / "evo.db"
+    code = main(["search", "--family", "cpu_gemm", "--mission", "tall", "--budget", "12", "--population", "6",
+                 "--target", "0.01x", "--gate-rounds", "0", "--db", str(db), "--trials", "1"])
+    assert code == 3
+    assert "fitness: the time at tall(m=384,n=128,k=192)" in capsys.readouterr().out
+    (family, config, anchor, target), = rows(db, "SELECT family, config, anchor, target_seconds FROM runs")
+    assert family == "cpu_gemm@tall" and json.loads(config)["mission"] == "tall"
+    tall_anchor = next(a["median_s"] for a in json.loads(anchor) if a["shape"] == "tall")
+    assert target == pytest.approx(0.01 * tall_anchor)  # the ratio is to the tall shape's anchor
+    evaluated = rows(db, "SELECT fitness_s, timings, checks FROM evaluations WHERE status = 'ok'")
+    assert len(evaluated) >= 8
+    for fitness, timings, checks in evaluated:
+        assert fitness == next(t["median_s"] for t in json.loads(timings) if t["shape"] == "tall")
+        assert sorted(c["shape"] for c in json.loads(checks)) == ["mission", "ragged", "tall"]
+    assert main(["show", "1", "--db", str(db)]) == 0
+    assert main(["lineage", "1", "--db", str(db), "--format", "json", "--out", str(tmp_path / "l.json")]) == 0
+    best = min(f for f, _, _ in evaluated)
+    assert json.loads((tmp_path / "l.json").read_text())["steps"][-1]["fitness_s"] == best
+    assert main(["export", "1", "--db", str(db), "--out", str(tmp_path / "kernel")]) == 0
+
+
 @pytest.mark.parametrize("extra", [["--strategy", "random"], ["--strategy", "optuna", "--sampler", "tpe"]])
 def test_other_strategies_run_end_to_end(ray_session, tmp_path, extra):
     db = tmp_path / "evo.db"
