@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _reporting import launch_each
 from seeds import get_family
 from test_nvfp4_gemm import (BYTES, BYTES_SHARED, CLUSTER, CLUSTER_L2, CLUSTER_MMA_SYNC, K_SPLIT, K_SPLIT_L2,
-                             K_SPLIT_TWO_BLOCKS, K_SPLIT_WIDE,
+                             K_SPLIT_TWO_BLOCKS, K_SPLIT_WIDE, ONE_WARPGROUP, ONE_WARPGROUP_CLUSTER,
                              PREPASS, SEED, SHARED, SPLIT, SPREAD, SPREAD_MMA_SYNC, SWAPPED, SWAPPED_DIRECT_STORE,
                              SWAPPED_NARROW, TMA_CLUSTER, TMA_IN_FLIGHT, TMA_MBARRIERS, TMA_SHORT_K, WGMMA, WGMMA_WIDE, WIDE)
 
@@ -34,7 +34,9 @@ genomes = {"seed": SEED, "split-K": SPLIT, "wide": WIDE, "shared + mma.sync": SH
            "two warpgroups to a K tile": K_SPLIT, "two warpgroups to a K tile, two blocks an SM": K_SPLIT_TWO_BLOCKS,
            "two pairs of warpgroups on a 128-column tile": K_SPLIT_WIDE,
            "split tiles' warp rows summed through L2 in a cluster": CLUSTER_L2,
-           "two warpgroups to a K tile, split tiles summed through L2 in a cluster": K_SPLIT_L2}
+           "two warpgroups to a K tile, split tiles summed through L2 in a cluster": K_SPLIT_L2,
+           "one warpgroup on a 64-column tile": ONE_WARPGROUP,
+           "one warpgroup on a 64-column tile, split tiles summed in a cluster": ONE_WARPGROUP_CLUSTER}
 shapes = [s for s in family.shapes if s.name not in ("m128_n7168_k16384", "square4096")]
 # a loose bound for the sanitizer's purpose (the evaluator checks rtol = atol = 1e-3)
 launch_each(family, genomes, shapes, max_abs_error=5e-3)

@@ -59,10 +59,14 @@ K_SPLIT_WIDE = K_SPLIT.replace(block_n=128, warps_n=4, bit_placement="bytes")
 # genome so far (two 64-column warpgroups, a split of 2) with it, and the pairs of warpgroups at up to 8 splits
 CLUSTER_L2 = BYTES.replace(stages=5, split_k=2, split_reduce="cluster_l2")
 K_SPLIT_L2 = K_SPLIT.replace(split_reduce="cluster_l2", bit_placement="bytes")
+# one warpgroup on a 64-column tile (four warps a block): the best genomes of the searches tuned for
+# M=128 N=7168 K=2048 (one block a tile; split_reduce spread, unused there) and N=4096 K=7168 (split 2, cluster sum)
+ONE_WARPGROUP = K_SPLIT.replace(warps_n=1, warpgroup_k_split=1, bit_placement="bytes", split_reduce="spread")
+ONE_WARPGROUP_CLUSTER = ONE_WARPGROUP.replace(split_k=4, split_reduce="cluster")
 DESIGN_POINTS = (SEED, SPLIT, WIDE, SHARED, WGMMA, WGMMA_WIDE, SWAPPED, SWAPPED_NARROW, SWAPPED_DIRECT_STORE, PREPASS,
                  CLUSTER, CLUSTER_MMA_SYNC, TMA_CLUSTER, TMA_IN_FLIGHT, TMA_SHORT_K, TMA_MBARRIERS, BYTES,
                  BYTES_IN_FLIGHT, BYTES_SHARED, SPREAD, SPREAD_MMA_SYNC, K_SPLIT, K_SPLIT_TWO_BLOCKS, K_SPLIT_SHORT_K,
-                 K_SPLIT_WIDE, CLUSTER_L2, K_SPLIT_L2)
+                 K_SPLIT_WIDE, CLUSTER_L2, K_SPLIT_L2, ONE_WARPGROUP, ONE_WARPGROUP_CLUSTER)
 
 
 def test_covering_sample_covers_every_value():
