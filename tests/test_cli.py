@@ -101,7 +101,8 @@ def test_experiment_file_is_read_and_flags_override_it(tmp_path):
     experiment.write_text('[search]\nfamily = "cpu_gemm"\nbudget = 12\ntime_budget = "2m"\ntarget = "0.5x"\n'
                           'mission = "tall"\n[strategy]\nelite = 3\n')
     settings_, options = load_experiment(experiment)
-    assert settings_ == {"family": "cpu_gemm", "budget": 12, "time_budget_s": 120.0, "target": "0.5x", "mission": "tall"}
+    assert settings_ == {"family": "cpu_gemm", "budget": 12, "time_budget_s": 120.0, "target": "0.5x",
+                         "mission": "tall"}
     assert options == {"elite": 3}
 
 
