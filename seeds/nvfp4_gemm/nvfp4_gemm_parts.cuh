@@ -310,7 +310,7 @@ __device__ __forceinline__ void multiply_stage(float (&d)[MT][NT][4], const uint
 #pragma unroll
     for (int j = 0; j < BLOCK_K / 16; ++j)
         wgmma_rs(reinterpret_cast<float(&)[NT * 4]>(d[0]), a[j],
-                 descriptor(a_tile + j / 4 * BLOCK_M * 128 + j % 4 * 32), !(fresh && j == 0));
+                 descriptor(a_tile + step_offset(j)), !(fresh && j == 0));
     wgmma_commit();
 #endif
 }
