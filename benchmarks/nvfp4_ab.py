@@ -48,6 +48,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("variant", nargs="+", help="LABEL=POINT[JSON changes]")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of timing in turns (default 5)")
+    parser.add_argument("--cold-cache", action="store_true",
+                        help="time every run after overwriting the L2 cache (operands from HBM)")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
@@ -59,7 +61,7 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp())
     builder = Builder(BuildConfig(work / "cache"))
-    evaluator = Evaluator(family, EvalConfig(trials=1), work / "loaded")
+    evaluator = Evaluator(family, EvalConfig(trials=1, cold_cache=args.cold_cache), work / "loaded")
     kernels = {}
     for label, genome in variants.items():
         done = evaluated(family, genome, builder, evaluator)

@@ -1,14 +1,17 @@
 """Self-check of an exported evo kernel: re-verify on every shape, re-time against the anchor.
 
     python selfcheck.py            # exit 0: every shape within tolerance; 1: a check failed
+    python selfcheck.py --cold-cache   # time each call after overwriting the cache (--no-cold-cache: warm)
 
 Standalone: imports torch and the exported module beside this file, never evo. Fresh random
 inputs per shape; the output is poisoned (NaN) before the kernel runs, so an unwritten element
-fails; the kernel and the anchor are timed the same way in this process.
+fails; the kernel and the anchor are timed the same way in this process, with cold caches when the
+search timed that way (metadata's ``cold_cache``) unless a flag says otherwise.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import math
@@ -43,6 +46,39 @@ def _replay(run, burst: int):
         return lambda: [run() for _ in range(burst)]
 
 
+def _flush(device: str):
+    """What overwrites the last-level cache: twice the GPU's L2, or 64 MiB of host memory."""
+    size = 2 * torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size if device == "cuda" else 0
+    return torch.empty(max(size, 64 << 20), dtype=torch.uint8, device=device).zero_
+
+
+def _time_cold(run, device: str, samples: int = 50) -> float:
+    """Median seconds per call, each after the cache is overwritten (as evo times with --cold-cache):
+    on CUDA one call between two events, the whole batch queued behind a spin kernel."""
+    flush = _flush(device)
+    for _ in range(3):
+        flush()
+        run()
+    values = []
+    if device != "cuda":
+        for _ in range(samples):
+            flush()
+            start = time.perf_counter()
+            run()
+            values.append(time.perf_counter() - start)
+        return statistics.median(values)
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(samples)]
+    torch.cuda._sleep(100_000_000)  # ~50 ms: the host queues every call before the GPU reaches them
+    for begin, end in events:
+        flush()
+        begin.record()
+        run()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(begin.elapsed_time(end) * 1e-3 for begin, end in events)
+
+
 def _time(run, device: str, samples: int = 15, burst: int = 50) -> float:
     """Median seconds per call: CUDA events around replays of a graph of ``burst`` calls (as evo
     times), or perf_counter per call on the CPU."""
@@ -68,11 +104,16 @@ def _time(run, device: str, samples: int = 15, burst: int = 50) -> float:
 
 def main() -> int:
     metadata = json.loads((HERE / "metadata.json").read_text())
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cold-cache", action=argparse.BooleanOptionalAction, default=metadata.get("cold_cache", False),
+                        help="time each call after overwriting the cache (default: as the search timed)")
+    cold = parser.parse_args().cold_cache
+    timer = _time_cold if cold else _time
     sys.path.insert(0, str(HERE))
     kernel = importlib.import_module(metadata["module"])
     tolerance = metadata["tolerance"]
     print(f"{metadata['family']} genome {metadata['genome_id']} (run {metadata['run']}, individual "
-          f"{metadata['individual']}); anchor: {metadata['anchor_name']}")
+          f"{metadata['individual']}); anchor: {metadata['anchor_name']}; caches {'cold' if cold else 'warm'}")
     if kernel.DEVICE == "cuda":
         print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     failed = False
@@ -92,8 +133,8 @@ def main() -> int:
         rel_l2 = (difference.norm() / reference.norm().clamp_min(1e-30)).item()
         ok = math.isfinite(max_abs) and max_abs <= tolerance["max_abs"] and rel_l2 <= tolerance["max_rel_l2"]
         failed |= not ok
-        own = _time(lambda: kernel.launch(shape, inputs, out), kernel.DEVICE)
-        anchor = _time(lambda: kernel.anchor(shape, inputs), kernel.DEVICE)
+        own = timer(lambda: kernel.launch(shape, inputs, out), kernel.DEVICE)
+        anchor = timer(lambda: kernel.anchor(shape, inputs), kernel.DEVICE)
         print(f"{shape['name']:>10} {max_abs:12.3g} {rel_l2:11.3g} {own * 1e6:9.2f}us {anchor * 1e6:9.2f}us "
               f"{anchor / own:7.2f}x  {'ok' if ok else 'FAILED'}")
     print("self-check " + ("FAILED" if failed else "passed"))

@@ -42,7 +42,8 @@ def _open(database: Database, *, create: bool = True) -> Store:
 
 # -- search -------------------------------------------------------------------------------------
 FLAG_FIELDS = {"family": "family", "mission": "mission", "target": "target", "budget": "budget", "strategy": "strategy",
-               "population": "population", "seed": "seed", "trials": "trials", "gate_rounds": "gate_rounds"}
+               "population": "population", "seed": "seed", "trials": "trials", "cold_cache": "cold_cache",
+               "gate_rounds": "gate_rounds"}
 RESUMABLE_OVERRIDES = {"budget", "time_budget"}
 DEFAULT_FAMILY = "flashcore"  # the product's headline; experiments/flashcore.toml spells out its settings
 
@@ -81,7 +82,7 @@ def cmd_search(args, console: Console) -> int:
         explicit = {f for f in fixed if getattr(args, f) is not None}
         if explicit:
             raise BadInput(f"--resume continues a run with its own settings; only --budget and --time-budget "
-                           f"may change (got --{sorted(explicit)[0]})")
+                           f"may change (got --{sorted(explicit)[0].replace('_', '-')})")
         database = _database(args, must_exist=True)
         store = _open(database, create=False)
         run = store.get_run(args.resume)
@@ -183,7 +184,8 @@ def cmd_show(args, console: Console) -> int:
     anchor = _mission_anchor(run.anchor, run.family)
     console.print(f"[bold]run {run.id}[/]: family {run.family}, strategy {run.strategy}, status {run.status}, "
                   f"{run.evaluations} evaluations; target {run.target or '-'} "
-                  f"({format_seconds(run.target_seconds)}); anchor {format_seconds(anchor)}", highlight=False)
+                  f"({format_seconds(run.target_seconds)}); anchor {format_seconds(anchor)}"
+                  + ("; timed with cold caches" if (run.config or {}).get("cold_cache") else ""), highlight=False)
     hardware = dict(run.hardware or {})
     secondary = hardware.pop("secondary_anchors", None) or {}
     if hardware:

@@ -10,6 +10,7 @@
     population = 8
     seed = 0
     trials = 3                  # fresh random inputs per shape when verifying
+    cold_cache = false          # time every run after overwriting the L2 / last-level cache
     build_timeout = "120s"
     eval_timeout = "300s"       # the watchdog's hard cap on one candidate's verify + timing
     watchdog_factor = 20        # below the cap: this many times the evaluator's pass over the anchor
@@ -30,7 +31,7 @@ _SCALE = {"ms": 1e-3, "s": 1.0, None: 1.0, "m": 60.0, "h": 3600.0}
 
 SEARCH_KEYS = {
     "family": str, "mission": str, "strategy": str, "target": str, "budget": int, "time_budget": (str, int, float),
-    "population": int, "seed": int, "trials": int, "build_timeout": (str, int, float),
+    "population": int, "seed": int, "trials": int, "cold_cache": bool, "build_timeout": (str, int, float),
     "eval_timeout": (str, int, float), "watchdog_factor": (int, float), "cache_dir": str, "gate_rounds": int,
 }
 DURATION_KEYS = {"time_budget": "time_budget_s", "build_timeout": "build_timeout_s", "eval_timeout": "eval_timeout_s"}

@@ -42,7 +42,8 @@ class ConsoleReporter:
             limits.append(f"time budget {config.time_budget_s:g} s")
         self.console.print(f"[bold]{verb} run {run_id}[/]: family {family.name}, strategy {config.strategy}, "
                            f"population {config.population}, seed {config.seed}; " + ", ".join(limits)
-                           + f"; anchor {family.anchor_name}; fitness: the time at {family.mission_shape.label()}",
+                           + f"; anchor {family.anchor_name}; fitness: the time at {family.mission_shape.label()}"
+                           + (", caches cold" if config.cold_cache else ""),
                            highlight=False, soft_wrap=True)
         if self.console.is_terminal:
             self._live = Live(Text("starting Ray and timing the anchor..."), console=self.console,

@@ -41,6 +41,7 @@ class SearchConfig:
     population: int = 8
     seed: int = 0
     trials: int = 3
+    cold_cache: bool = False  # time every run after overwriting the last-level cache (operands from memory)
     build_timeout_s: float = 120.0
     eval_timeout_s: float = 300.0  # the watchdog's hard cap on one evaluation
     watchdog_factor: float = 20.0  # the watchdog: this many times the evaluator's anchor pass (at least 5 s)
@@ -65,6 +66,8 @@ class SearchConfig:
             Target.parse(self.target)
         if not isinstance(self.gate_rounds, int) or isinstance(self.gate_rounds, bool) or self.gate_rounds < 0:
             raise ValueError(f"gate_rounds must be a whole number >= 0, got {self.gate_rounds!r}")
+        if not isinstance(self.cold_cache, bool):
+            raise ValueError(f"cold_cache must be true or false, got {self.cold_cache!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
         if self.mission is not None:
@@ -183,7 +186,7 @@ class Search:
         release_ray = start_ray(self.ray_address)
         cache = Path(self.config.cache_dir) if self.config.cache_dir else default_cache_dir()
         pipeline = Pipeline(self.family, PipelineConfig(
-            BuildConfig(cache, self.config.build_timeout_s), EvalConfig(self.config.trials),
+            BuildConfig(cache, self.config.build_timeout_s), EvalConfig(self.config.trials, self.config.cold_cache),
             eval_timeout_s=self.config.eval_timeout_s, watchdog_factor=self.config.watchdog_factor))
         status = None
         try:

@@ -4,6 +4,12 @@ CPU: each sample is one call timed with ``perf_counter``. CUDA: each sample is o
 CUDA graph holding a burst of back-to-back launches, between two CUDA events, divided by the
 burst length, so that host launch overhead (tens of microseconds from Python) does not
 dominate microsecond kernels.
+
+Cold caches (``cold=True``): before every sample a buffer twice the size of the last-level cache
+is overwritten, so the operands come from memory, as when a model's weights are streamed from it
+on each call, not from a cache that back-to-back launches keep warm. On CUDA each sample is then
+one launch between two events; the launches and flushes of a batch are queued behind a spin
+kernel long enough for the host to queue them all, so no host gap falls between a sample's events.
 """
 
 from __future__ import annotations
@@ -28,10 +34,14 @@ def summarize(shape: str, samples: list[float]) -> ShapeTiming:
     return ShapeTiming(shape, statistics.median(ordered), p90, stdev, len(ordered))
 
 
-def time_runs(run: Callable[[], None], device: str, plan: TimingPlan, shape: str) -> ShapeTiming:
+CPU_FLUSH_BYTES = 64 << 20  # larger than the last-level cache of the CPUs this runs on
+COLD_BATCH = 25  # CUDA samples queued behind one spin kernel
+
+
+def time_runs(run: Callable[[], None], device: str, plan: TimingPlan, shape: str, cold: bool = False) -> ShapeTiming:
     if device == "cuda":
-        return summarize(shape, _cuda_samples(run, plan))
-    return summarize(shape, _cpu_samples(run, plan))
+        return summarize(shape, _cuda_cold_samples(run, plan) if cold else _cuda_samples(run, plan))
+    return summarize(shape, _cpu_samples(run, plan, _cpu_flush() if cold else None))
 
 
 def _enough(samples: list[float], started: float, plan: TimingPlan) -> bool:
@@ -40,12 +50,21 @@ def _enough(samples: list[float], started: float, plan: TimingPlan) -> bool:
     return len(samples) >= plan.min_runs and time.perf_counter() - started >= plan.min_seconds
 
 
-def _cpu_samples(run: Callable[[], None], plan: TimingPlan) -> list[float]:
+def _cpu_flush() -> Callable[[], None]:
+    import torch
+
+    buffer = torch.empty(CPU_FLUSH_BYTES, dtype=torch.uint8)
+    return buffer.zero_
+
+
+def _cpu_samples(run: Callable[[], None], plan: TimingPlan, flush: Callable[[], None] | None = None) -> list[float]:
     for _ in range(plan.warmup):
         run()
     samples: list[float] = []
     started = time.perf_counter()
     while not _enough(samples, started, plan):
+        if flush is not None:
+            flush()
         t0 = time.perf_counter()
         run()
         samples.append(time.perf_counter() - t0)
@@ -104,3 +123,37 @@ def _capture(run: Callable[[], None], burst: int) -> Callable[[], None]:
                 run()
 
         return launches
+
+
+def _cuda_cold_samples(run: Callable[[], None], plan: TimingPlan) -> list[float]:
+    """One launch per sample between two events, each after the L2 cache is overwritten."""
+    import torch
+
+    l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    flush = torch.empty(2 * max(l2_bytes, 1 << 20), dtype=torch.uint8, device="cuda").zero_
+    for _ in range(max(1, plan.warmup)):
+        flush()
+        run()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()  # what the host takes to queue one sample, to size the spin kernel
+    for _ in range(3):
+        flush()
+        run()
+    host_s = (time.perf_counter() - t0) / 3
+    torch.cuda.synchronize()
+    cycles_per_s = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "clock_rate", 0) * 1e3 or 2e9
+    spin_cycles = int(min(4 * COLD_BATCH * host_s, 0.5) * cycles_per_s)
+    samples: list[float] = []
+    started = time.perf_counter()
+    while not _enough(samples, started, plan):
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(min(COLD_BATCH, plan.max_runs - len(samples)))]
+        torch.cuda._sleep(spin_cycles)
+        for begin, end in events:
+            flush()
+            begin.record()
+            run()
+            end.record()
+        events[-1][1].synchronize()
+        samples.extend(begin.elapsed_time(end) * 1e-3 for begin, end in events)
+    return samples

@@ -25,6 +25,7 @@ from seeds import KernelFamily, ProblemShape
 @dataclass(frozen=True)
 class EvalConfig:
     trials: int = 3  # fresh random inputs per shape
+    cold_cache: bool = False  # time each run after overwriting the last-level cache (fitness/benchmark.py)
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -85,7 +86,8 @@ class Evaluator:
 
     def time_anchor(self, anchor, shape: ProblemShape) -> ShapeTiming:
         inputs = self.family.make_inputs(shape, self._generator(secrets.randbits(63)))
-        return time_runs(lambda: anchor(shape, inputs), self.family.device, self.family.timing, shape.name)
+        return time_runs(lambda: anchor(shape, inputs), self.family.device, self.family.timing, shape.name,
+                         self.config.cold_cache)
 
     def load(self, genome: Genome, build: BuildResult):
         """The family's launchable handle for a built genome."""
@@ -202,5 +204,5 @@ class Evaluator:
         inputs = self.family.make_inputs(shape, self._generator(secrets.randbits(63)))
         output = self.family.make_output(shape)
         return time_runs(lambda: self.family.launch(kernel, shape, inputs, output), self.family.device,
-                         self.family.timing, shape.name)
+                         self.family.timing, shape.name, self.config.cold_cache)
 

@@ -43,6 +43,9 @@ def run_bad(argv, capsys, tmp_path, expected):
     (["search", "--family", "cpu_gemm@huge"], "family 'cpu_gemm' has no shape 'huge'"),
     (["search", "--family", "cpu_gemm@tall", "--mission", "ragged"], "already names its mission shape"),
     (["search", "--family", "cpu_gemm", "--mission", ""], "mission must be the name of one of the family's shapes"),
+    (["search", "--family", "cpu_gemm", "--cold-cache=yes"], "ignored explicit argument 'yes'"),
+    (["search", "--resume", "3", "--cold-cache"], "--resume continues a run with its own settings; only --budget "
+     "and --time-budget may change (got --cold-cache)"),
     (["show", "1"], "no database at"),
     (["show", "one"], "not an integer"),
     (["lineage", "1"], "no database at"),
@@ -58,6 +61,8 @@ def test_bad_flags(argv, expected, capsys, tmp_path):
 @pytest.mark.parametrize("text, expected", [
     ("[search]\nfamily = \"cpu_gemm\"\nbudget = \"forty\"\n", "search.budget has the wrong type"),
     ("[search]\nfamilly = \"cpu_gemm\"\n", "unknown key search.familly"),
+    ("[search]\nfamily = \"cpu_gemm\"\ncold_cache = \"yes\"\n", "search.cold_cache has the wrong type"),
+    ("[search]\nfamily = \"cpu_gemm\"\ncold_cache = 1\n", "search.cold_cache has the wrong type"),
     ("[serch]\n", "unknown section(s) ['serch']"),
     ("[search\nfamily=1", "is not valid TOML"),
     ("[search]\nfamily = \"cpu_gemm\"\n[strategy]\nelitism = 3\n", "no option 'elitism'"),
@@ -99,10 +104,10 @@ def test_outdated_database_is_refused_with_the_upgrade_hint(capsys, tmp_path):
 def test_experiment_file_is_read_and_flags_override_it(tmp_path):
     experiment = tmp_path / "e.toml"
     experiment.write_text('[search]\nfamily = "cpu_gemm"\nbudget = 12\ntime_budget = "2m"\ntarget = "0.5x"\n'
-                          'mission = "tall"\n[strategy]\nelite = 3\n')
+                          'mission = "tall"\ncold_cache = true\n[strategy]\nelite = 3\n')
     settings_, options = load_experiment(experiment)
     assert settings_ == {"family": "cpu_gemm", "budget": 12, "time_budget_s": 120.0, "target": "0.5x",
-                         "mission": "tall"}
+                         "mission": "tall", "cold_cache": True}
     assert options == {"elite": 3}
 
 

@@ -26,6 +26,23 @@ def test_cpu_gemm_seed_verifies_and_is_timed_with_its_anchor(tmp_path):
     assert result.stages.verify > 0 and result.stages.benchmark > 0
 
 
+@pytest.mark.parametrize("cold", [False, True])
+def test_cold_cache_timing_overwrites_the_cache_before_every_timed_run(monkeypatch, tmp_path, cold):
+    import fitness.benchmark as benchmark
+    from seeds import TimingPlan
+
+    calls = []
+    monkeypatch.setattr(benchmark, "_cpu_flush", lambda: lambda: calls.append("flush"))
+    timing = benchmark.time_runs(lambda: calls.append("run"), "cpu", TimingPlan(2, 5, 5, 0.0), "s", cold=cold)
+    assert timing.runs == 5
+    assert calls == ["run"] * 2 + (["flush", "run"] if cold else ["run"]) * 5
+    family = get_family("cpu_gemm")  # the evaluator times anchors (and kernels) the way its config says
+    calls.clear()
+    Evaluator(family, EvalConfig(trials=1, cold_cache=cold), tmp_path / "loaded").time_anchor(
+        family.anchor, family.mission_shape)
+    assert ("flush" in calls) == cold
+
+
 @pytest.mark.parametrize("mode, fragment", [
     ("wrong", "max abs error"),
     ("nan", "NaN/Inf"),

@@ -65,3 +65,18 @@ def test_gpu_search_end_to_end(ray_session, tmp_path, capsys):
     print(statuses, hardware)
     assert sum(statuses.values()) == 12 and statuses.get("ok", 0) >= 1
     assert main(["show", "1", "--db", str(db)]) == 0
+
+
+@pytest.mark.gpu
+def test_cold_cache_timing_on_the_gpu():
+    """--cold-cache on CUDA: one launch per sample between events, after the L2 is overwritten."""
+    import torch
+
+    from fitness.benchmark import time_runs
+    from seeds import TimingPlan
+
+    x = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
+    y = torch.empty_like(x)
+    timing = time_runs(lambda: y.copy_(x), "cuda", TimingPlan(2, 30, 30, 0.0), "copy", cold=True)
+    assert timing.runs == 30 and 0 < timing.median_s < 1e-3
+    assert torch.equal(y, x)

@@ -124,14 +124,16 @@ def test_a_reachable_target_stops_the_search(ray_session, tmp_path, capsys):
 
 def test_a_search_tuned_for_another_shape(ray_session, tmp_path, capsys):
     """--mission: the fitness is the time at that shape (every shape still verified), and the run keeps
-    the retargeted family, so show, lineage, a ratio target and export all use that shape."""
+    the retargeted family, so show, lineage, a ratio target and export all use that shape. --cold-cache
+    is kept with the run and reaches the exported kernel's self-check."""
     db = tmp_path / "evo.db"
     code = main(["search", "--family", "cpu_gemm", "--mission", "tall", "--budget", "12", "--population", "6",
-                 "--target", "0.01x", "--gate-rounds", "0", "--db", str(db), "--trials", "1"])
+                 "--target", "0.01x", "--gate-rounds", "0", "--db", str(db), "--trials", "1", "--cold-cache"])
     assert code == 3
-    assert "fitness: the time at tall(m=384,n=128,k=192)" in capsys.readouterr().out
+    assert "fitness: the time at tall(m=384,n=128,k=192), caches cold" in capsys.readouterr().out
     (family, config, anchor, target), = rows(db, "SELECT family, config, anchor, target_seconds FROM runs")
     assert family == "cpu_gemm@tall" and json.loads(config)["mission"] == "tall"
+    assert json.loads(config)["cold_cache"] is True
     tall_anchor = next(a["median_s"] for a in json.loads(anchor) if a["shape"] == "tall")
     assert target == pytest.approx(0.01 * tall_anchor)  # the ratio is to the tall shape's anchor
     evaluated = rows(db, "SELECT fitness_s, timings, checks FROM evaluations WHERE status = 'ok'")
@@ -139,11 +141,18 @@ def test_a_search_tuned_for_another_shape(ray_session, tmp_path, capsys):
     for fitness, timings, checks in evaluated:
         assert fitness == next(t["median_s"] for t in json.loads(timings) if t["shape"] == "tall")
         assert sorted(c["shape"] for c in json.loads(checks)) == ["mission", "ragged", "tall"]
+    capsys.readouterr()
     assert main(["show", "1", "--db", str(db)]) == 0
+    assert "timed with cold caches" in capsys.readouterr().out
     assert main(["lineage", "1", "--db", str(db), "--format", "json", "--out", str(tmp_path / "l.json")]) == 0
     best = min(f for f, _, _ in evaluated)
     assert json.loads((tmp_path / "l.json").read_text())["steps"][-1]["fitness_s"] == best
     assert main(["export", "1", "--db", str(db), "--out", str(tmp_path / "kernel")]) == 0
+    assert json.loads((tmp_path / "kernel" / "metadata.json").read_text())["cold_cache"] is True
+    check = subprocess.run([sys.executable, str(tmp_path / "kernel" / "selfcheck.py")], capture_output=True,
+                           text=True, timeout=300)
+    assert check.returncode == 0 and "caches cold" in check.stdout and "self-check passed" in check.stdout, \
+        check.stdout + check.stderr[-2000:]
 
 
 @pytest.mark.parametrize("extra", [["--strategy", "random"], ["--strategy", "optuna", "--sampler", "tpe"]])
