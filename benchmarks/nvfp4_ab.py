@@ -49,7 +49,7 @@ def main() -> None:
     parser.add_argument("variant", nargs="+", help="LABEL=POINT[JSON changes]")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of timing in turns (default 5)")
     parser.add_argument("--cold-cache", action="store_true",
-                        help="time every run after overwriting the L2 cache (operands from HBM)")
+                        help="time every run after flushing the L2 cache by reads (operands from HBM)")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")

@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--seed", type=_int, help="random seed of the strategy (default 0)")
     search.add_argument("--trials", type=_positive_int, help="fresh random inputs per shape when verifying")
     search.add_argument("--cold-cache", action=argparse.BooleanOptionalAction, default=None,
-                        help="time every run after overwriting the GPU's L2 (the CPU's last-level) cache, so that "
+                        help="time every run after flushing the GPU's L2 (the CPU's last-level) cache by reads, so that "
                         "operands come from memory as when weights are streamed (default: warm caches)")
     search.add_argument("--gate-rounds", type=_int, help="hard gate before a target counts: re-verify and re-time "
                         "the kernel this many times, all within target (default 10; 0: off)")

@@ -10,7 +10,7 @@
     population = 8
     seed = 0
     trials = 3                  # fresh random inputs per shape when verifying
-    cold_cache = false          # time every run after overwriting the L2 / last-level cache
+    cold_cache = false          # time every run after flushing the L2 / last-level cache
     build_timeout = "120s"
     eval_timeout = "300s"       # the watchdog's hard cap on one candidate's verify + timing
     watchdog_factor = 20        # below the cap: this many times the evaluator's pass over the anchor

@@ -41,7 +41,7 @@ class SearchConfig:
     population: int = 8
     seed: int = 0
     trials: int = 3
-    cold_cache: bool = False  # time every run after overwriting the last-level cache (operands from memory)
+    cold_cache: bool = False  # time every run after flushing the last-level cache (operands from memory)
     build_timeout_s: float = 120.0
     eval_timeout_s: float = 300.0  # the watchdog's hard cap on one evaluation
     watchdog_factor: float = 20.0  # the watchdog: this many times the evaluator's anchor pass (at least 5 s)

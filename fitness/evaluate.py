@@ -25,7 +25,7 @@ from seeds import KernelFamily, ProblemShape
 @dataclass(frozen=True)
 class EvalConfig:
     trials: int = 3  # fresh random inputs per shape
-    cold_cache: bool = False  # time each run after overwriting the last-level cache (fitness/benchmark.py)
+    cold_cache: bool = False  # time each run after flushing the last-level cache (fitness/benchmark.py)
 
     def __post_init__(self) -> None:
         if self.trials < 1:

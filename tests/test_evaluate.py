@@ -27,7 +27,7 @@ def test_cpu_gemm_seed_verifies_and_is_timed_with_its_anchor(tmp_path):
 
 
 @pytest.mark.parametrize("cold", [False, True])
-def test_cold_cache_timing_overwrites_the_cache_before_every_timed_run(monkeypatch, tmp_path, cold):
+def test_cold_cache_timing_flushes_the_cache_before_every_timed_run(monkeypatch, tmp_path, cold):
     import fitness.benchmark as benchmark
     from seeds import TimingPlan
 

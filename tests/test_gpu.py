@@ -69,7 +69,7 @@ def test_gpu_search_end_to_end(ray_session, tmp_path, capsys):
 
 @pytest.mark.gpu
 def test_cold_cache_timing_on_the_gpu():
-    """--cold-cache on CUDA: one launch per sample between events, after the L2 is overwritten."""
+    """--cold-cache on CUDA: one launch per sample between events, after the L2 is flushed."""
     import torch
 
     from fitness.benchmark import time_runs
