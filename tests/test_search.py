@@ -147,6 +147,8 @@ def test_a_search_tuned_for_another_shape(ray_session, tmp_path, capsys):
     assert main(["lineage", "1", "--db", str(db), "--format", "json", "--out", str(tmp_path / "l.json")]) == 0
     best = min(f for f, _, _ in evaluated)
     assert json.loads((tmp_path / "l.json").read_text())["steps"][-1]["fitness_s"] == best
+    assert main(["lineage", "1", "--db", str(db), "--out", str(tmp_path / "l.html")]) == 0
+    assert "cold caches (flushed before each run)" in (tmp_path / "l.html").read_text()
     assert main(["export", "1", "--db", str(db), "--out", str(tmp_path / "kernel")]) == 0
     assert json.loads((tmp_path / "kernel" / "metadata.json").read_text())["cold_cache"] is True
     check = subprocess.run([sys.executable, str(tmp_path / "kernel" / "selfcheck.py")], capture_output=True,
