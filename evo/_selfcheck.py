@@ -47,9 +47,14 @@ def _replay(run, burst: int):
 
 
 def _flush(device: str):
-    """What evicts the last-level cache without dirtying it: a sum over twice the GPU's L2, or over
-    64 MiB of host memory (as evo's --cold-cache does)."""
-    size = 2 * torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size if device == "cuda" else 0
+    """What evicts the last-level cache without dirtying it (as evo's --cold-cache does): a sum over
+    twice the GPU's L2, or over twice the CPU's L3 and at least 64 MiB."""
+    if device == "cuda":
+        size = 2 * torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    else:  # twice the largest of CPU 0's caches as Linux gives them, such as "32768K"
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        texts = [f.read_text().strip().upper() for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size")]
+        size = 2 * max((int(t[:-1]) * units[t[-1]] for t in texts if t[-1:] in units and t[:-1].isdigit()), default=0)
     words = torch.ones(max(size, 64 << 20) // 4, dtype=torch.int32, device=device)
     return lambda: words.sum()
 
@@ -107,8 +112,8 @@ def _time(run, device: str, samples: int = 15, burst: int = 50) -> float:
 def main() -> int:
     metadata = json.loads((HERE / "metadata.json").read_text())
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cold-cache", action=argparse.BooleanOptionalAction, default=metadata.get("cold_cache", False),
-                        help="time each call after flushing the cache (default: as the search timed)")
+    parser.add_argument("--cold-cache", action=argparse.BooleanOptionalAction,
+                        default=metadata.get("cold_cache", False), help="time each call after flushing the cache (default: as the search timed)")
     cold = parser.parse_args().cold_cache
     timer = _time_cold if cold else _time
     sys.path.insert(0, str(HERE))

@@ -10,9 +10,10 @@ is read, so the operands come from memory, as when a model's weights are streame
 call, not from a cache that back-to-back launches keep warm. The flush reads rather than writes:
 a written buffer would leave the cache full of dirty lines whose write-back the timed run would
 pay (on the H100 that adds ~4 us to bf16 cuBLAS at M=128 N=7168 K=2048, and far less to a kernel
-reading a quarter of the bytes), which is not the state a model's other layers leave behind. On CUDA each sample is then
-one launch between two events; the launches and flushes of a batch are queued behind a spin
-kernel long enough for the host to queue them all, so no host gap falls between a sample's events.
+reading a quarter of the bytes), which is not the state a model's other layers leave behind. On
+CUDA each sample is then one launch between two events; the launches and flushes of a batch are
+queued behind a spin kernel long enough for the host to queue them all, so no host gap falls
+between a sample's events.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from pathlib import Path
 from typing import Callable
 
 from fitness.records import ShapeTiming
@@ -37,7 +39,7 @@ def summarize(shape: str, samples: list[float]) -> ShapeTiming:
     return ShapeTiming(shape, statistics.median(ordered), p90, stdev, len(ordered))
 
 
-CPU_FLUSH_BYTES = 64 << 20  # larger than the last-level cache of the CPUs this runs on
+CPU_FLUSH_MIN_BYTES = 64 << 20  # the CPU flush reads twice the largest cache Linux reports, and at least this
 COLD_BATCH = 25  # CUDA samples queued behind one spin kernel
 
 
@@ -61,8 +63,19 @@ def _reading_flush(size: int, device: str) -> Callable[[], None]:
     return lambda: words.sum()
 
 
+def _host_cache_bytes() -> int:
+    """The largest cache of CPU 0 as Linux reports it (sysfs), or 0 where it does not."""
+    sizes = [0]
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = entry.read_text().strip().upper()
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        sizes.append(int(digits) * scale if digits.isdigit() else 0)
+    return max(sizes)
+
+
 def _cpu_flush() -> Callable[[], None]:
-    return _reading_flush(CPU_FLUSH_BYTES, "cpu")
+    return _reading_flush(max(2 * _host_cache_bytes(), CPU_FLUSH_MIN_BYTES), "cpu")
 
 
 def _cpu_samples(run: Callable[[], None], plan: TimingPlan, flush: Callable[[], None] | None = None) -> list[float]:
