@@ -113,7 +113,8 @@ def main() -> int:
     metadata = json.loads((HERE / "metadata.json").read_text())
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cold-cache", action=argparse.BooleanOptionalAction,
-                        default=metadata.get("cold_cache", False), help="time each call after flushing the cache (default: as the search timed)")
+                        default=metadata.get("cold_cache", False),
+                        help="time each call after flushing the cache (default: as the search timed)")
     cold = parser.parse_args().cold_cache
     timer = _time_cold if cold else _time
     sys.path.insert(0, str(HERE))
