@@ -220,6 +220,10 @@ def test_exported_kernel_checks_itself_in_a_fresh_process(tmp_path, genome):
     check = subprocess.run([sys.executable, str(out / "selfcheck.py")], capture_output=True, text=True, cwd=tmp_path,
                            timeout=600)
     assert check.returncode == 0 and "self-check passed" in check.stdout, check.stdout + check.stderr[-2000:]
+    cold = subprocess.run([sys.executable, str(out / "selfcheck.py"), "--cold-cache"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=600)  # each call alone after the L2 is flushed
+    assert cold.returncode == 0 and "caches cold" in cold.stdout and "self-check passed" in cold.stdout, \
+        cold.stdout + cold.stderr[-2000:]
     script = (f"import sys, torch; sys.path.insert(0, {str(out)!r}); import flashcore_{genome.id} as k\n"
               "q, kk, v = (torch.randn(1, 1, 4096, 64, device='cuda', dtype=torch.float16) for _ in range(3))\n"
               "ref = torch.nn.functional.scaled_dot_product_attention(q.float(), kk.float(), v.float())\n"
