@@ -82,6 +82,11 @@ class RunInfo:
     evaluations: int = 0
     best_fitness_s: float | None = None
 
+    @property
+    def cold_cache(self) -> bool:
+        """Whether the search timed with cold caches (its configuration's ``cold_cache``)."""
+        return bool((self.config or {}).get("cold_cache"))
+
 
 class Store:
     def __init__(self, database: Database) -> None:

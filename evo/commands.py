@@ -185,7 +185,7 @@ def cmd_show(args, console: Console) -> int:
     console.print(f"[bold]run {run.id}[/]: family {run.family}, strategy {run.strategy}, status {run.status}, "
                   f"{run.evaluations} evaluations; target {run.target or '-'} "
                   f"({format_seconds(run.target_seconds)}); anchor {format_seconds(anchor)}"
-                  + ("; timed with cold caches" if (run.config or {}).get("cold_cache") else ""), highlight=False)
+                  + ("; timed with cold caches" if run.cold_cache else ""), highlight=False)
     hardware = dict(run.hardware or {})
     secondary = hardware.pop("secondary_anchors", None) or {}
     if hardware:

@@ -124,7 +124,7 @@ def export_individual(store: Store, run_id: int, individual_id: int | None, out:
         hardware=run.hardware, shapes=[dict(s.dims, name=s.name, mission=s.mission) for s in family.shapes],
         tolerance=dict(max_abs=family.tolerance.max_abs, max_rel_l2=family.tolerance.max_rel_l2),
         anchor_name=family.anchor_name, errors=evaluation.checks, timings=evaluation.timings,
-        anchor_timings=evaluation.anchor, cold_cache=bool((run.config or {}).get("cold_cache")),
+        anchor_timings=evaluation.anchor, cold_cache=run.cold_cache,
         exported_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     write("metadata.json", json.dumps(metadata, indent=1, default=str))
     shutil.copyfile(SELFCHECK, out / "selfcheck.py")

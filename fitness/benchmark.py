@@ -18,6 +18,7 @@ between a sample's events.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -55,8 +56,10 @@ def _enough(samples: list[float], started: float, plan: TimingPlan) -> bool:
     return len(samples) >= plan.min_runs and time.perf_counter() - started >= plan.min_seconds
 
 
+@functools.lru_cache(maxsize=None)
 def _reading_flush(size: int, device: str) -> Callable[[], None]:
-    """What evicts the cache without dirtying it: a sum over ``size`` bytes, made once."""
+    """What evicts the cache without dirtying it: a sum over ``size`` bytes, its buffer made once a
+    process (the evaluator times every shape of every candidate with it)."""
     import torch
 
     words = torch.ones(size // 4, dtype=torch.int32, device=device)
@@ -150,8 +153,8 @@ def _cuda_cold_samples(run: Callable[[], None], plan: TimingPlan) -> list[float]
     """One launch per sample between two events, each after the L2 cache is flushed by reads."""
     import torch
 
-    l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-    flush = _reading_flush(2 * max(l2_bytes, 1 << 20), "cuda")
+    properties = torch.cuda.get_device_properties(torch.cuda.current_device())
+    flush = _reading_flush(2 * max(properties.L2_cache_size, 1 << 20), "cuda")
     for _ in range(max(1, plan.warmup)):
         flush()
         run()
@@ -162,7 +165,7 @@ def _cuda_cold_samples(run: Callable[[], None], plan: TimingPlan) -> list[float]
         run()
     host_s = (time.perf_counter() - t0) / 3
     torch.cuda.synchronize()
-    cycles_per_s = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "clock_rate", 0) * 1e3 or 2e9
+    cycles_per_s = getattr(properties, "clock_rate", 0) * 1e3 or 2e9
     spin_cycles = int(min(4 * COLD_BATCH * host_s, 0.5) * cycles_per_s)
     samples: list[float] = []
     started = time.perf_counter()

@@ -37,7 +37,7 @@ def _summary(report: LineageReport) -> list[tuple[str, str]]:
             ("evaluations", str(sum(report.failures.values()))),
             ("target", f"{run.target or '-'} ({format_seconds(report.target_s)})"),
             ("anchor (mission shape)", format_seconds(report.anchor_s)),
-            ("timing", "cold caches (flushed before each run)" if (run.config or {}).get("cold_cache")
+            ("timing", "cold caches (flushed before each run)" if run.cold_cache
              else "warm caches (back-to-back launches)"),
             ("best kernel", f"individual {report.best_id}: {format_seconds(report.best_s)}, {speedup} vs anchor"),
             ("best genome", " ".join(f"{k}={v}" for k, v in sorted((report.best_genome or {}).items())))]
