@@ -63,10 +63,17 @@ K_SPLIT_L2 = K_SPLIT.replace(split_reduce="cluster_l2", bit_placement="bytes")
 # M=128 N=7168 K=2048 (one block a tile; split_reduce spread, unused there) and N=4096 K=7168 (split 2, cluster sum)
 ONE_WARPGROUP = K_SPLIT.replace(warps_n=1, warpgroup_k_split=1, bit_placement="bytes", split_reduce="spread")
 ONE_WARPGROUP_CLUSTER = ONE_WARPGROUP.replace(split_k=4, split_reduce="cluster")
+# a's rows dequantised in every block by a producer warpgroup straight into the TMA stages (no prepass):
+# on one warpgroup (K=2048's best), with the L2 cluster sum on two, and on 64-row tiles (two producer
+# threads a row) with 64-wide K tiles (one word of each run a thread) and two warpgroups to a K tile
+PRODUCER = ONE_WARPGROUP.replace(a_dequant="producer")
+PRODUCER_CLUSTER_L2 = CLUSTER_L2.replace(a_dequant="producer")
+PRODUCER_SHORT_K = K_SPLIT_SHORT_K.replace(a_dequant="producer", block_m=64, stage_sync="mbarriers")
 DESIGN_POINTS = (SEED, SPLIT, WIDE, SHARED, WGMMA, WGMMA_WIDE, SWAPPED, SWAPPED_NARROW, SWAPPED_DIRECT_STORE, PREPASS,
                  CLUSTER, CLUSTER_MMA_SYNC, TMA_CLUSTER, TMA_IN_FLIGHT, TMA_SHORT_K, TMA_MBARRIERS, BYTES,
                  BYTES_IN_FLIGHT, BYTES_SHARED, SPREAD, SPREAD_MMA_SYNC, K_SPLIT, K_SPLIT_TWO_BLOCKS, K_SPLIT_SHORT_K,
-                 K_SPLIT_WIDE, CLUSTER_L2, K_SPLIT_L2, ONE_WARPGROUP, ONE_WARPGROUP_CLUSTER)
+                 K_SPLIT_WIDE, CLUSTER_L2, K_SPLIT_L2, ONE_WARPGROUP, ONE_WARPGROUP_CLUSTER, PRODUCER,
+                 PRODUCER_CLUSTER_L2, PRODUCER_SHORT_K)
 
 
 def test_covering_sample_covers_every_value():
@@ -84,7 +91,10 @@ def test_every_knob_value_compiles_and_passes_the_screen(cache_dir):
         assert result.status is Status.OK or result.message.startswith("spill bytes"), f"{genome}: {result.message}"
     for genome in DESIGN_POINTS:  # the design points do not spill
         recipe = FAMILY.build_recipe(genome)
-        assert screen(builder.build(genome.id, recipe), recipe.output, FAMILY.screen_limits).status is Status.OK
+        result = screen(builder.build(genome.id, recipe), recipe.output, FAMILY.screen_limits)
+        assert result.status is Status.OK
+        if genome in (PRODUCER, PRODUCER_CLUSTER_L2, PRODUCER_SHORT_K):  # a's packed rows stay in registers
+            assert result.usage.stack_bytes == 0, genome
 
 
 def test_constraints_launch_and_workspace():
@@ -110,6 +120,14 @@ def test_constraints_launch_and_workspace():
     assert not space.is_valid(TMA_CLUSTER.replace(stage_sync="mbarriers"))  # one tile in flight: a block barrier
     assert not space.is_valid(CLUSTER.replace(wgmma_in_flight=2, stage_sync="mbarriers"))  # cp.async: groups
     assert shared_bytes(TMA_MBARRIERS) == 4 * (128 * 128 * 2 + 128 * (64 + 8)) + 1024 + 4 * 16  # full and empty
+    # a's producer warpgroup fills the same stages (mbarrier-handed TMA stages only), with 128 more threads
+    from seeds.nvfp4_gemm.spec import threads
+
+    assert shared_bytes(PRODUCER) == shared_bytes(ONE_WARPGROUP)
+    assert (threads(ONE_WARPGROUP), threads(PRODUCER), threads(PRODUCER_CLUSTER_L2)) == (128, 256, 384)
+    assert not space.is_valid(PRODUCER.replace(stage_sync="block_barrier"))
+    assert not space.is_valid(PRODUCER.replace(loads="cp_async", stage_sync="block_barrier"))
+    assert not space.is_valid(PRODUCER.replace(mma="mma_sync"))
 
     # the split the launch takes: the most (up to split_k) whose grid still fits one wave
     shape = {s.name: s for s in FAMILY.shapes}

@@ -34,6 +34,9 @@
 //                               shared memory as fp16
 //   A_PREPASS                   swapped wgmma: a dequantised once by nvfp4_dequantize_a into an fp16
 //                               copy (the launcher runs it first) that the stages bring in as it is
+//   A_PRODUCER                  (with A_PREPASS's stage layout, TMA_LOADS and STAGE_BARRIERS) instead
+//                               of that copy, one more warpgroup in every block dequantises a's rows of
+//                               each K tile straight into the stage (no first kernel; nvfp4_tma.cuh)
 //   PROMOTE                     1: fp32 add of each K tile's products into the running sums
 //   BLOCKS_PER_SM               blocks an SM holds at once (the register cap of __launch_bounds__)
 //   SPLIT_K                     the most blocks sharing one output tile (the launch passes `splits`,
@@ -78,7 +81,7 @@ __device__ __forceinline__ void two_tiles_in_flight(int begin, int end, const It
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
+extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, BLOCKS_PER_SM)
 nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* sfa, const unsigned char* sfb,
            half* c, int M, int N, int K, int blocked, int splits, float* workspace, unsigned* tickets,
            const __grid_constant__ TensorMap a_map, const __grid_constant__ TensorMap b_map) {
@@ -98,6 +101,15 @@ nvfp4_gemm(const unsigned char* a, const unsigned char* b, const unsigned char* 
     const TmaStages tma{raw, reinterpret_cast<uint64_t*>(raw + STAGES * STAGE_BYTES), &a_map, &b_map, m0, n0, batch, begin};
     if (threadIdx.x == 0) tma.init();
     if (STAGE_BARRIERS) __syncthreads();  // the barriers are initialised before any thread arrives on them
+#if A_PRODUCER  // the last warpgroup writes a's fp16 tile of every stage, then exits (an exited thread
+                // holds up no later block or cluster barrier)
+    if (threadIdx.x >= THREADS) {
+        produce_a(tma, AProducer(a + (size_t)batch * M * (K / 2), sfa + batch * scale_matrix_bytes(M, K, blocked), M, K,
+                                 blocked, m0),
+                  begin, end);
+        return;
+    }
+#endif
 #elif A_PREPASS  // a is the fp16 copy nvfp4_dequantize_a made (sfa unused)
     const HalfTileLoader<BLOCK_M> a_loader(a + (size_t)batch * M * K * 2, M, m0, K);
 #else

@@ -2,7 +2,9 @@
 // and the three ways a K tile is multiplied (the epilogues: nvfp4_epilogue.cuh).
 #include <cuda_fp16.h>
 
-constexpr int THREADS = WARPS_M * WARPS_N * 32;
+constexpr int THREADS = WARPS_M * WARPS_N * 32;  // the warps that multiply (and load b)
+// A_PRODUCER: one more warpgroup, after them, writes a's fp16 tile of every stage (nvfp4_tma.cuh)
+constexpr int PRODUCER_THREADS = A_PRODUCER ? 128 : 0;
 // packed values of a row in a stage: padded (conflict-free words), or as TMA lays a box out (a thread
 // reads its run of BLOCK_K / 4 values of a row with one load, conflict-free)
 constexpr int ROW_BYTES = TMA_LOADS ? BLOCK_K / 2 : BLOCK_K / 2 + 16;
@@ -29,6 +31,7 @@ static_assert(!A_PREPASS || MMA == 2, "a's fp16 copy feeds the swapped wgmma alo
 // the same 64 columns of c, each half of the tile's steps, and their sums are added after the K loop)
 constexpr int WG_STEPS = MMA == 2 ? BLOCK_K / 16 / WARPGROUP_K_SPLIT : 1;
 static_assert(!TMA_LOADS || A_PREPASS, "TMA boxes bring in a's fp16 copy and b's packed rows");
+static_assert(!A_PRODUCER || (A_PREPASS && STAGE_BARRIERS), "a's producer warpgroup fills mbarrier-handed TMA stages");
 static_assert(!STAGE_BARRIERS || (TMA_LOADS && WGMMA_IN_FLIGHT == 2 && STAGES >= 3),
               "stages handed over by mbarriers alone: TMA loads, two tiles' wgmmas in flight, 3+ stages");
 

@@ -110,7 +110,7 @@ struct TmaStages {
     // thread 0, before any copy: the barriers (published to the block by a later __syncthreads)
     __device__ void init() const {
         for (int s = 0; s < STAGES; ++s) {
-            barrier_init(full + s, STAGE_BARRIERS ? 1 + THREADS : 1);
+            barrier_init(full + s, STAGE_BARRIERS ? 1 + THREADS + PRODUCER_THREADS : 1);
             if (STAGE_BARRIERS) barrier_init(full + STAGES + s, THREADS);
         }
         barrier_init_fence();
@@ -124,12 +124,14 @@ struct TmaStages {
     __device__ void release_in(int s) const { barrier_arrive(empty_in(s)); }
     // every thread: every thread is done with the stage in slot s, which may be refilled
     __device__ void wait_empty_in(int s, unsigned parity) const { barrier_wait(empty_in(s), parity); }
-    // thread 0: the tile's bytes are announced with b's box, before a's boxes are requested
+    // thread 0: the tile's bytes are announced with b's box, before a's boxes are requested (A_PRODUCER:
+    // a's tile is written by the producer warpgroup, whose threads arrive on the full barrier instead)
     __device__ void issue_b_in(int s, int kt) const {
-        barrier_expect_bytes(full_in(s), A_HALVES + BLOCK_N * ROW_BYTES);
+        barrier_expect_bytes(full_in(s), (A_PRODUCER ? 0 : A_HALVES) + BLOCK_N * ROW_BYTES);
         tma_load_3d(stage_in(s) + A_BYTES, b_map, kt * (BLOCK_K / 2), n0, batch, full_in(s));
     }
     __device__ void issue_a_in(int s, int kt) const {
+        if (A_PRODUCER) return;
 #pragma unroll
         for (int atom = 0; atom < BLOCK_K / 64; ++atom)
             tma_load_3d(stage_in(s) + atom * BLOCK_M * 128, a_map, kt * BLOCK_K + atom * 64, m0, batch, full_in(s));
@@ -140,6 +142,107 @@ struct TmaStages {
     __device__ void wait_in(int s, unsigned parity) const { barrier_wait(full_in(s), parity); }
     __device__ void wait(int kt) const { wait_in(slot(kt), phase(kt)); }
 };
+#endif
+
+#if A_PRODUCER
+// A_PRODUCER: the block's last warpgroup turns a's packed rows of each K tile into the stage's fp16 tile,
+// in the layout a's TMA boxes of the prepass's copy would give it (the run order, 128-byte swizzled),
+// instead of a first kernel writing that copy for every block to stream in. A thread owns one row
+// (two threads a row of a 64-row tile, each half of every run's words): it reads the row's packed
+// values and scales of a tile straight from global memory (the next tile's while it writes this
+// one), and writes whole 16-byte chunks: chunk 4 w + c of a row holds pair c of word w of its four
+// runs t = 0..3 (columns 32 w + 8 c + 2 t, + 1). Rows past M are zeros.
+struct AProducer {
+    static constexpr int PER_ROW = PRODUCER_THREADS / BLOCK_M, WORDS = RUN_WORDS / PER_ROW;  // words of a run
+    static_assert(PER_ROW * BLOCK_M == PRODUCER_THREADS && WORDS >= 1, "a row's runs split evenly");
+    struct Packed {
+        uint32_t words[4][WORDS];     // [run t][its word part * WORDS + i]
+        uint32_t scales[SCALES / 4];  // the row's scales of the tile, 4 a word
+    };
+    const unsigned char* values;  // K tile 0 of this thread's row, its first word of run 0
+    const unsigned char* scales;  // the row's first 4 scales of K tile 0
+    int row, scale_step, group_step;
+    bool valid;
+
+    // which part of each run's words this thread dequantises (a constant with one thread a row, so that
+    // every index into a Packed folds and it stays in registers)
+    __device__ __forceinline__ static int part() { return PER_ROW == 1 ? 0 : (threadIdx.x - THREADS) / BLOCK_M; }
+
+    __device__ AProducer(const unsigned char* a, const unsigned char* sfa, int M, int K, int blocked, int m0)
+        : row((threadIdx.x - THREADS) % BLOCK_M), scale_step(blocked ? SCALES * 128 : SCALES),
+          group_step(blocked ? 512 : 4), valid(m0 + row < M) {
+        const int r = valid ? m0 + row : 0;
+        values = a + (size_t)r * (K / 2) + part() * WORDS * 4;
+        scales = sfa + (blocked ? blocked_offset(r, 0, K / 16) : (size_t)r * (K / 16));
+    }
+
+    __device__ __forceinline__ void fetch(Packed& p, int kt) const {
+        const unsigned char* from = values + kt * (BLOCK_K / 2);
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const unsigned char* run = from + t * RUN_WORDS * 4;
+            if constexpr (WORDS == 4) {
+                const uint4 v = valid ? __ldg(reinterpret_cast<const uint4*>(run)) : make_uint4(0, 0, 0, 0);
+                p.words[t][0] = v.x, p.words[t][1] = v.y, p.words[t][2] = v.z, p.words[t][3] = v.w;
+            } else if constexpr (WORDS == 2) {
+                const uint2 v = valid ? __ldg(reinterpret_cast<const uint2*>(run)) : make_uint2(0, 0);
+                p.words[t][0] = v.x, p.words[t][1] = v.y;
+            } else {
+                p.words[t][0] = valid ? __ldg(reinterpret_cast<const uint32_t*>(run)) : 0u;
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < SCALES / 4; ++g)
+            p.scales[g] = valid ? __ldg(reinterpret_cast<const uint32_t*>(scales + kt * scale_step + g * group_step)) : 0u;
+    }
+
+    // the scale of run t's word w (scale t * RUN_WORDS / 2 + w / 2 of the row's tile), times 2^7, twice;
+    // a run's RUN_WORDS / 2 scales lie in one word of p.scales
+    __device__ __forceinline__ static uint32_t factor(const Packed& p, int t, int w) {
+        const int i = t * (RUN_WORDS / 2) + w / 2;
+        return scale_factor(p.scales[t * (RUN_WORDS / 2) / 4] >> (8 * (i % 4)) & 0xFF);
+    }
+
+    __device__ __forceinline__ void store(const Packed& p, unsigned char* tile) const {
+#pragma unroll
+        for (int i = 0; i < WORDS; ++i) {
+            const int w = part() * WORDS + i;
+            uint32_t pairs[4][4];  // [run t][pair c]
+#pragma unroll
+            for (int t = 0; t < 4; ++t) dequantize8(p.words[t][i], factor(p, t, w), pairs[t]);
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const uint32_t chunk[4] = {pairs[0][c], pairs[1][c], pairs[2][c], pairs[3][c]};
+                store16(tile + chunk_offset(row, 4 * w + c, BLOCK_M), chunk);
+            }
+        }
+    }
+};
+
+// the producer warpgroup's loop: tile kt goes into its stage once the consumers have released the
+// tile STAGES before it; its writes are fenced for wgmma (the async proxy), then every producer thread
+// arrives on the stage's full barrier. Two tiles' packed rows are in flight in registers: tile kt + 2's
+// loads are issued once tile kt is written (two tiles a turn, so each set's index is a constant).
+__device__ __forceinline__ void produce_a(const TmaStages& tma, const AProducer& producer, int begin, int end) {
+    AProducer::Packed sets[2];
+    auto write = [&](const AProducer::Packed& p, int kt) {
+        const int s = tma.slot(kt), passes = (kt - begin) / STAGES;
+        if (passes > 0) tma.wait_empty_in(s, (passes - 1) & 1);
+        producer.store(p, tma.stage_in(s));
+        fence_proxy_async();
+        barrier_arrive(tma.full_in(s));
+    };
+    if (begin < end) producer.fetch(sets[0], begin);
+    if (begin + 1 < end) producer.fetch(sets[1], begin + 1);
+    for (int kt = begin; kt < end; kt += 2) {
+        write(sets[0], kt);
+        if (kt + 2 < end) producer.fetch(sets[0], kt + 2);
+        if (kt + 1 < end) {
+            write(sets[1], kt + 1);
+            if (kt + 3 < end) producer.fetch(sets[1], kt + 3);
+        }
+    }
+}
 #endif
 
 #if DEQUANT == 0 && MMA == 2

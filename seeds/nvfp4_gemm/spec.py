@@ -23,7 +23,7 @@ SOURCES = (HERE / "nvfp4_bits.cuh", HERE / "nvfp4_gemm_parts.cuh", HERE / "nvfp4
            HERE / "nvfp4_tma.cuh", HERE / "nvfp4_prepass.cuh", HERE / "nvfp4_gemm.cu")
 DEQUANTS = ("registers", "shared")
 MMAS = ("mma_sync", "wgmma", "wgmma_swapped")
-A_DEQUANTS = ("in_block", "prepass")
+A_DEQUANTS = ("in_block", "prepass", "producer")
 SPLIT_REDUCES = ("ticket", "cluster", "spread", "cluster_l2")
 CLUSTERED = ("cluster", "cluster_l2")  # split_reduce values whose split tiles are one thread-block cluster
 LOADS = ("cp_async", "tma")
@@ -41,7 +41,7 @@ def _align128(n: int) -> int:
 def shared_bytes(g) -> int:
     """Dynamic shared memory of one block; mirrors SHARED_BYTES in nvfp4_gemm_parts.cuh."""
     rows, bk = g["block_m"] + g["block_n"], g["block_k"]
-    if g["a_dequant"] == "prepass":  # a stage: a's fp16 tile and b's packed rows, 1024-byte aligned
+    if g["a_dequant"] != "in_block":  # a stage: a's fp16 tile and b's packed rows, 1024-byte aligned
         tma = g["loads"] == "tma"  # rows unpadded, and an mbarrier a stage
         stage = g["block_m"] * bk * 2 + g["block_n"] * (bk // 2 + (0 if tma else 16) + bk // 16)
         barriers = (16 if g["stage_sync"] == "mbarriers" else 8) * g["stages"] if tma else 0
@@ -97,15 +97,21 @@ def _partial_tile_bytes(g) -> int:
     return g["block_m"] * g["block_n"] // columns * (columns + 4) * 4
 
 
+def threads(g) -> int:
+    """Threads of a block: the warps that multiply, and a's producer warpgroup (a_dequant == producer)."""
+    return g["warps_m"] * g["warps_n"] * 32 + (128 if g["a_dequant"] == "producer" else 0)
+
+
 def _registers_hold_accumulators(g) -> bool:
-    threads = g["warps_m"] * g["warps_n"] * 32
+    threads_ = threads(g)
+    multiplying = g["warps_m"] * g["warps_n"] * 32
     # warpgroups sharing K tiles each hold the sums of the whole of their columns
-    accumulators = g["block_m"] * g["block_n"] * g["warpgroup_k_split"] // threads
-    return min(255, 65536 // (threads * g["blocks_per_sm"])) >= 2 * accumulators
+    accumulators = g["block_m"] * g["block_n"] * g["warpgroup_k_split"] // multiplying
+    return min(255, 65536 // (threads_ * g["blocks_per_sm"])) >= 2 * accumulators
 
 
 def _two_in_flight_fit(g) -> bool:
-    return g["wgmma_in_flight"] == 1 or (g["mma"] == "wgmma_swapped" and g["a_dequant"] == "prepass"
+    return g["wgmma_in_flight"] == 1 or (g["mma"] == "wgmma_swapped" and g["a_dequant"] != "in_block"
                                          and not g["promote"] and g["stages"] >= 3)
 
 
@@ -127,7 +133,10 @@ SPACE = Space(
                                         "owns 64 columns of c)"),
         Choice("a_dequant", A_DEQUANTS,
                description="swapped wgmma, where a's rows become fp16: in every block, into shared memory, each K "
-                           "tile | once, by a first kernel, into an fp16 copy of a that every block streams in"),
+                           "tile | once, by a first kernel, into an fp16 copy of a that every block streams in | "
+                           "in every block by one more warpgroup (a producer) that reads a's packed rows and writes "
+                           "each K tile's fp16 tile into the TMA stage while the other warpgroups multiply (no first "
+                           "kernel; loads == tma, stage_sync == mbarriers)"),
         Boolean("promote", description="each K tile's products go to fresh accumulators added in fp32 to the "
                                        "running sums (the tensor core truncates as it accumulates)"),
         PowerOfTwo("blocks_per_sm", 1, 2, description="blocks an SM holds at once (the register cap of "
@@ -198,7 +207,12 @@ SPACE = Space(
                    "wgmma_swapped"),
         Constraint("prepass_feeds_swapped_wgmma",
                    lambda g: g["a_dequant"] == "in_block" or g["mma"] == "wgmma_swapped",
-                   "a's fp16 copy (a_dequant == prepass) is read by the swapped wgmma alone: mma == wgmma_swapped"),
+                   "a's fp16 tile from a's copy or a producer (a_dequant == prepass or producer) is read by the "
+                   "swapped wgmma alone: mma == wgmma_swapped"),
+        Constraint("producer_fills_mbarrier_stages",
+                   lambda g: g["a_dequant"] != "producer" or (g["loads"] == "tma" and g["stage_sync"] == "mbarriers"),
+                   "a's producer warpgroup (a_dequant == producer) writes TMA stages handed over by mbarriers: "
+                   "loads == tma and stage_sync == mbarriers"),
         Constraint("shared_memory_fits", lambda g: shared_bytes(g) <= SMEM_LIMIT,
                    f"stages x (values and scales of block_m + block_n rows) (+ two fp16 tiles with dequant == "
                    f"shared) <= {SMEM_LIMIT} bytes"),
@@ -212,10 +226,12 @@ SPACE = Space(
                    "shared memory: block_m * (block_n + 4) * 4 (swapped wgmma: block_n * (block_m + 4) * 4) <= "
                    "shared bytes"),
         Constraint("two_tiles_in_flight_need_the_prepass", _two_in_flight_fit,
-                   "wgmma_in_flight == 2 needs mma == wgmma_swapped, a_dequant == prepass (a's tile stays in its stage "
+                   "wgmma_in_flight == 2 needs mma == wgmma_swapped, a_dequant == prepass or producer (a's tile stays "
+                   "in its stage "
                    "until both tiles' wgmmas are done), promote off and stages >= 3"),
-        Constraint("tma_loads_need_the_prepass", lambda g: g["loads"] == "cp_async" or g["a_dequant"] == "prepass",
-                   "loads == tma brings in a's fp16 copy: a_dequant == prepass (with mma == wgmma_swapped)"),
+        Constraint("tma_loads_need_the_prepass", lambda g: g["loads"] == "cp_async" or g["a_dequant"] != "in_block",
+                   "loads == tma puts a's fp16 tile in the stage: a_dequant == prepass or producer (with mma == "
+                   "wgmma_swapped)"),
         Constraint("mbarrier_stages_need_tma_and_two_in_flight",
                    lambda g: g["stage_sync"] == "block_barrier" or (g["loads"] == "tma" and g["wgmma_in_flight"] == 2),
                    "stage_sync == mbarriers needs loads == tma and wgmma_in_flight == 2"),
@@ -262,7 +278,8 @@ class Nvfp4Gemm(KernelFamily):
         named = ("dequant", "mma", "promote", "a_dequant", "split_reduce", "loads", "stage_sync", "bit_placement")
         macros = {**{name.upper(): value for name, value in g.items() if name not in named},
                   "DEQUANT": DEQUANTS.index(g["dequant"]), "MMA": MMAS.index(g["mma"]), "PROMOTE": int(g["promote"]),
-                  "A_PREPASS": int(g["a_dequant"] == "prepass"), "SPLIT_CLUSTER": int(g["split_reduce"] == "cluster"),
+                  "A_PREPASS": int(g["a_dequant"] != "in_block"), "A_PRODUCER": int(g["a_dequant"] == "producer"),
+                  "SPLIT_CLUSTER": int(g["split_reduce"] == "cluster"),
                   "BIT_PLACEMENT": BIT_PLACEMENTS.index(g["bit_placement"]),
                   "SPLIT_SPREAD": int(g["split_reduce"] == "spread"),
                   "SPLIT_CLUSTER_L2": int(g["split_reduce"] == "cluster_l2"),
@@ -347,7 +364,7 @@ class Nvfp4Gemm(KernelFamily):
         def clusters_fit(size: int) -> int:  # asked of the driver once per size
             if ("clusters", size) not in workspaces:
                 workspaces[("clusters", size)] = function.max_active_clusters(
-                    size, g["warps_m"] * g["warps_n"] * 32, shared_bytes(g), at_launch=True)
+                    size, threads(g), shared_bytes(g), at_launch=True)
             return workspaces[("clusters", size)]
 
         split = splits(g, shape, multiprocessors(), clusters_fit if cluster else None)
@@ -367,11 +384,12 @@ class Nvfp4Gemm(KernelFamily):
 
             key = (a.data_ptr(), b.data_ptr(), shape)
             if workspaces.get("maps", (None,))[0] != key:
-                halves = a.view(torch.float16).view(l, m, k)
-                workspaces["maps"] = key, (box_map(halves, (64, g["block_m"], 1), swizzled=True),
-                                           box_map(b, (g["block_k"] // 2, g["block_n"], 1), swizzled=False))
+                a_map = TensorMapBytes()  # (a's producer warpgroup reads a itself)
+                if g["a_dequant"] == "prepass":
+                    a_map = box_map(a.view(torch.float16).view(l, m, k), (64, g["block_m"], 1), swizzled=True)
+                workspaces["maps"] = key, (a_map, box_map(b, (g["block_k"] // 2, g["block_n"], 1), swizzled=False))
             maps = workspaces["maps"][1]
-        function.launch(grid(g, shape, split), (g["warps_m"] * g["warps_n"] * 32,),
+        function.launch(grid(g, shape, split), (threads(g),),
                         [ptr(a), ptr(b), ptr(sfa), ptr(sfb), ptr(output), ctypes.c_int(shape["m"]),
                          ctypes.c_int(shape["n"]), ctypes.c_int(shape["k"]), ctypes.c_int(shape["blocked"]),
                          ctypes.c_int(split), ptr(records), ptr(tickets), *maps],
