@@ -1,7 +1,9 @@
 """Launch nvfp4_gemm design points twice per shape and check each output (GPU); for compute-sanitizer.
 
     compute-sanitizer --tool memcheck --report-api-errors no --kernel-name kns=nvfp4_ \
-        python benchmarks/nvfp4_sanitize.py          # also --tool synccheck
+        python benchmarks/nvfp4_sanitize.py [WORD ...]   # also --tool synccheck
+
+With WORDs, only the design points whose description holds one of them (e.g. `producer`).
 
 The design points of tests/test_nvfp4_gemm.py (dequantisation in registers and into shared memory,
 mma.sync, wgmma and the swapped wgmma with
@@ -16,7 +18,7 @@ from _reporting import launch_each
 from seeds import get_family
 from test_nvfp4_gemm import (BYTES, BYTES_SHARED, CLUSTER, CLUSTER_L2, CLUSTER_MMA_SYNC, K_SPLIT, K_SPLIT_L2,
                              K_SPLIT_TWO_BLOCKS, K_SPLIT_WIDE, ONE_WARPGROUP, ONE_WARPGROUP_CLUSTER,
-                             PREPASS, SEED, SHARED, SPLIT, SPREAD, SPREAD_MMA_SYNC, SWAPPED, SWAPPED_DIRECT_STORE,
+                             PREPASS, PRODUCER, PRODUCER_CLUSTER_L2, PRODUCER_SHORT_K, SEED, SHARED, SPLIT, SPREAD, SPREAD_MMA_SYNC, SWAPPED, SWAPPED_DIRECT_STORE,
                              SWAPPED_NARROW, TMA_CLUSTER, TMA_IN_FLIGHT, TMA_MBARRIERS, TMA_SHORT_K, WGMMA, WGMMA_WIDE, WIDE)
 
 family = get_family("nvfp4_gemm")
@@ -36,7 +38,12 @@ genomes = {"seed": SEED, "split-K": SPLIT, "wide": WIDE, "shared + mma.sync": SH
            "split tiles' warp rows summed through L2 in a cluster": CLUSTER_L2,
            "two warpgroups to a K tile, split tiles summed through L2 in a cluster": K_SPLIT_L2,
            "one warpgroup on a 64-column tile": ONE_WARPGROUP,
-           "one warpgroup on a 64-column tile, split tiles summed in a cluster": ONE_WARPGROUP_CLUSTER}
+           "one warpgroup on a 64-column tile, split tiles summed in a cluster": ONE_WARPGROUP_CLUSTER,
+           "a's producer warpgroup, one warpgroup multiplying": PRODUCER,
+           "a's producer warpgroup, split tiles summed through L2 in a cluster": PRODUCER_CLUSTER_L2,
+           "a's producer warpgroup, 64-row tiles, 64-wide K tiles": PRODUCER_SHORT_K}
+if words := sys.argv[1:]:
+    genomes = {label: g for label, g in genomes.items() if any(word in label for word in words)}
 shapes = [s for s in family.shapes if s.name not in ("m128_n7168_k16384", "square4096")]
 # a loose bound for the sanitizer's purpose (the evaluator checks rtol = atol = 1e-3)
 launch_each(family, genomes, shapes, max_abs_error=5e-3)

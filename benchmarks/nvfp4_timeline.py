@@ -7,7 +7,9 @@ A variant is LABEL[@BOUND+BOUND...]=POINT[CHANGES] (POINT and CHANGES as in nvfp
 source is built twice: as the family builds it, and with stamps: thread 0 of each warpgroup (the first
 two) writes clock64 at the kernel's entry (0), after griddepcontrol.wait (1), when the first K tile's
 fragments are loaded (2; mbarrier-stage loop only), after the K loop (3; the same), before the epilogue
-(4), after the split sum's cluster barrier (5) and at the end (6). Printed: the error against the
+(4), after the split sum's cluster barrier (5), at the end (6) and once the stages' mbarriers are
+initialised (7). A producer warpgroup (a_dequant producer, warpgroup 1 beside one that multiplies)
+stamps when its first tile is written (2) and when it is done (3). Printed: the error against the
 float64 reference, prepass + GEMM and the GEMM alone (a's fp16 copy left from before) timed as the
 evaluator times, then per stamp the median [min, max] over blocks of the cycles since entry. A BOUND
 replaces source text to leave work out (the results are wrong; the times bound what that work costs).
@@ -39,9 +41,14 @@ __device__ __forceinline__ unsigned long long evo_clock() {
 # (source text, its stamp: placed at the "|", or after the text)
 POINTS = (
     ("extern __shared__ __align__(128) unsigned char smem[];", "STAMP(0);"),
+    ("    if (STAGE_BARRIERS) __syncthreads();  // the barriers are initialised before any thread arrives on them",
+     "STAMP(7);"),
     ('    asm volatile("griddepcontrol.wait;" ::: "memory");\n|#pragma unroll', "STAMP(1);"),
     ("        load_fragments(raw, warp_row, fragments[0], k_half);\n    }", "STAMP(2);"),
     ("tma_k_loop(tma, b_loader, acc, raw, warp_row, k_half, begin, end);", "STAMP(3);"),
+    # a's producer warpgroup (warpgroup 1 beside one warpgroup that multiplies): its first tile written, its end
+    ("        barrier_arrive(tma.full_in(s));", "if (kt == begin) STAMP(2);"),
+    ("                  begin, end);", "STAMP(3);"),
     ("#endif\n    half* out = c + (size_t)batch * M * N;", "STAMP(4);"),
     ("        cluster_sync();  // every block's slices have arrived", "STAMP(5);"),
     ("        cluster_sync();  // every block's partial sums are in the workspace", "STAMP(5);"),
@@ -50,10 +57,10 @@ POINTS = (
 )
 BOUNDS = {  # name: (source text, replacement)
     "no_a_boxes": (("for (int atom = 0; atom < BLOCK_K / 64; ++atom)", "for (int atom = 0; atom < 0; ++atom)"),
-                   ("barrier_expect_bytes(full_in(s), A_HALVES + BLOCK_N * ROW_BYTES)",
+                   ("barrier_expect_bytes(full_in(s), (A_PRODUCER ? 0 : A_HALVES) + BLOCK_N * ROW_BYTES)",
                     "barrier_expect_bytes(full_in(s), BLOCK_N * ROW_BYTES)")),
     "half_a_boxes": (("for (int atom = 0; atom < BLOCK_K / 64; ++atom)", "for (int atom = 0; atom < 1; ++atom)"),
-                     ("barrier_expect_bytes(full_in(s), A_HALVES + BLOCK_N * ROW_BYTES)",
+                     ("barrier_expect_bytes(full_in(s), (A_PRODUCER ? 0 : A_HALVES) + BLOCK_N * ROW_BYTES)",
                       "barrier_expect_bytes(full_in(s), BLOCK_M * 128 + BLOCK_N * ROW_BYTES)")),
     "no_wgmma": (("wgmma_rs(reinterpret_cast<float(&)[NT * 4]>(d[0]), a[j], first + step_offset(j) / 16, "
                   "!(fresh && j == 0));",
@@ -61,6 +68,16 @@ BOUNDS = {  # name: (source text, replacement)
     "no_dequant": (("for (int w = 0; w < WORDS; ++w) dequantize8(words[w], factor[w / 2], out[w]);",
                     "for (int w = 0; w < WORDS; ++w) { out[w][0] = words[w]; out[w][1] = words[w] ^ factor[w / 2]; "
                     "out[w][2] = words[w] + 1; out[w][3] = words[w] + 2; }"),),
+    # a's producer warpgroup (a_dequant == producer): its arithmetic, its global loads
+    "no_producer_dequant": (("dequantize8(p.words[t][i], factor(p, t, w), pairs[t]);",
+                             "{ pairs[t][0] = p.words[t][i]; pairs[t][1] = p.scales[0]; pairs[t][2] = p.words[t][i] + w; "
+                             "pairs[t][3] = p.words[t][i] ^ t; }"),),
+    "no_producer_loads": (("valid ? __ldg(reinterpret_cast<const uint4*>(run)) : make_uint4(0, 0, 0, 0)",
+                           "make_uint4(kt, t, row, 7)"),
+                          ("valid ? __ldg(reinterpret_cast<const uint32_t*>(scales + kt * scale_step + g * group_step)) "
+                           ": 0u", "0x38383838u + kt")),
+    "no_producer_fence": (("        fence_proxy_async();\n        barrier_arrive(tma.full_in(s));",
+                           "        barrier_arrive(tma.full_in(s));"),),
     "no_fragment_loads": (("run_pairs(values, scales, warp_row + g, k_half * WORDS, top);\n"
                            "    run_pairs(values, scales, warp_row + g + 8, k_half * WORDS, bottom);",
                            "for (int w = 0; w < WORDS; ++w) for (int c = 0; c < 4; ++c) "
@@ -141,9 +158,9 @@ def main() -> None:
             ints = function.module.read_ints("evo_stamps", x * y * z * 32)
             values = [(ints[2 * i] & 0xFFFFFFFF) | (ints[2 * i + 1] << 32) for i in range(x * y * z * 16)]
             for group in (0, 1):
-                rows = [values[b * 16 + group * 8: b * 16 + group * 8 + 7] for b in range(x * y * z)]
+                rows = [values[b * 16 + group * 8: b * 16 + group * 8 + 8] for b in range(x * y * z)]
                 cells = []
-                for point in range(1, 7):
+                for point in range(1, 8):
                     since = [r[point] - r[0] for r in rows if r[point] and r[0]]
                     cells.append(f"{point}:{statistics.median(since):.0f}[{min(since)},{max(since)}]" if since
                                  else f"{point}:-")

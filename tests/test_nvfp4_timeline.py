@@ -26,7 +26,7 @@ def test_every_bound_finds_its_text_in_the_mbarrier_stage_loop():
 
 def test_stamps_land_at_every_point_of_both_cluster_sums():  # (the text holds every path; macros pick)
     for genome in (CLUSTER, CLUSTER_L2):
-        assert stamps(timeline.recipe(FAMILY, genome, [], stamped=True).source) == list("0123456")
+        assert stamps(timeline.recipe(FAMILY, genome, [], stamped=True).source) == list("01234567")
 
 
 def test_a_bound_whose_text_is_gone_stops_the_tool():
