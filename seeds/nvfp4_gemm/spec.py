@@ -103,11 +103,10 @@ def threads(g) -> int:
 
 
 def _registers_hold_accumulators(g) -> bool:
-    threads_ = threads(g)
-    multiplying = g["warps_m"] * g["warps_n"] * 32
+    multiplying = g["warps_m"] * g["warps_n"] * 32  # (a producer warpgroup holds none, but takes registers)
     # warpgroups sharing K tiles each hold the sums of the whole of their columns
     accumulators = g["block_m"] * g["block_n"] * g["warpgroup_k_split"] // multiplying
-    return min(255, 65536 // (threads_ * g["blocks_per_sm"])) >= 2 * accumulators
+    return min(255, 65536 // (threads(g) * g["blocks_per_sm"])) >= 2 * accumulators
 
 
 def _two_in_flight_fit(g) -> bool:
@@ -217,9 +216,9 @@ SPACE = Space(
                    f"stages x (values and scales of block_m + block_n rows) (+ two fp16 tiles with dequant == "
                    f"shared) <= {SMEM_LIMIT} bytes"),
         Constraint("registers_hold_the_accumulators", _registers_hold_accumulators,
-                   "a thread's register share, 65536 / (threads * blocks_per_sm) up to 255, holds twice its fp32 "
-                   "accumulators, block_m * block_n * warpgroup_k_split / threads (ptxas refuses wgmma kernels "
-                   "below that)"),
+                   "a thread's register share, 65536 / (threads * blocks_per_sm) up to 255 (threads: the warps "
+                   "that multiply, and a producer warpgroup's 128), holds twice its fp32 accumulators, block_m * "
+                   "block_n * warpgroup_k_split / (warps_m * warps_n * 32) (ptxas refuses wgmma kernels below that)"),
         Constraint("cluster_reduction_fits_the_stages",
                    lambda g: g["split_reduce"] != "cluster" or _partial_tile_bytes(g) <= shared_bytes(g),
                    "split_reduce == cluster keeps a block's fp32 partial tile, rows padded by 16 bytes, in its "
