@@ -17,9 +17,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _reporting import launch_each
 from seeds import get_family
 from test_nvfp4_gemm import (BYTES, BYTES_SHARED, CLUSTER, CLUSTER_L2, CLUSTER_MMA_SYNC, K_SPLIT, K_SPLIT_L2,
-                             K_SPLIT_TWO_BLOCKS, K_SPLIT_WIDE, ONE_WARPGROUP, ONE_WARPGROUP_CLUSTER,
-                             PREPASS, PRODUCER, PRODUCER_CLUSTER_L2, PRODUCER_SHORT_K, SEED, SHARED, SPLIT, SPREAD, SPREAD_MMA_SYNC, SWAPPED, SWAPPED_DIRECT_STORE,
-                             SWAPPED_NARROW, TMA_CLUSTER, TMA_IN_FLIGHT, TMA_MBARRIERS, TMA_SHORT_K, WGMMA, WGMMA_WIDE, WIDE)
+                             K_SPLIT_TWO_BLOCKS, K_SPLIT_WIDE, ONE_WARPGROUP, ONE_WARPGROUP_CLUSTER, PREPASS,
+                             PRODUCER, PRODUCER_CLUSTER_L2, PRODUCER_SHORT_K, SEED, SHARED, SPLIT, SPREAD,
+                             SPREAD_MMA_SYNC, SWAPPED, SWAPPED_DIRECT_STORE, SWAPPED_NARROW, TMA_CLUSTER,
+                             TMA_IN_FLIGHT, TMA_MBARRIERS, TMA_SHORT_K, WGMMA, WGMMA_WIDE, WIDE)
 
 family = get_family("nvfp4_gemm")
 genomes = {"seed": SEED, "split-K": SPLIT, "wide": WIDE, "shared + mma.sync": SHARED, "wgmma": WGMMA,

@@ -11,7 +11,7 @@ from fitness import BuildConfig, Builder, Status
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import nvfp4_timeline as timeline  # noqa: E402
-from tests.test_nvfp4_gemm import CLUSTER, CLUSTER_L2, FAMILY, K_SPLIT  # noqa: E402
+from tests.test_nvfp4_gemm import CLUSTER, CLUSTER_L2, FAMILY, K_SPLIT, PRODUCER  # noqa: E402
 
 
 def stamps(text: str) -> list[str]:
@@ -27,6 +27,12 @@ def test_every_bound_finds_its_text_in_the_mbarrier_stage_loop():
 def test_stamps_land_at_every_point_of_both_cluster_sums():  # (the text holds every path; macros pick)
     for genome in (CLUSTER, CLUSTER_L2):
         assert stamps(timeline.recipe(FAMILY, genome, [], stamped=True).source) == list("01234567")
+
+
+def test_a_producer_warpgroup_stamps_its_first_tile_and_its_end():  # (points missing from the text are skipped)
+    text = timeline.recipe(FAMILY, PRODUCER, [], stamped=True).source
+    assert "barrier_arrive(tma.full_in(s));\nif (kt == begin) STAMP(2);" in text
+    assert "begin, end);\nSTAMP(3);\n        return;" in text
 
 
 def test_a_bound_whose_text_is_gone_stops_the_tool():
