@@ -18,6 +18,7 @@ replaces source text to leave work out (the results are wrong; the times bound w
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import statistics
 import sys
@@ -112,7 +113,7 @@ def main() -> None:
 
     from fitness.benchmark import time_runs
     from seeds._cuda import multiprocessors
-    from seeds.nvfp4_gemm.spec import grid, splits
+    from seeds.nvfp4_gemm.launch import grid, splits
 
     family = get_family("nvfp4_gemm")
     names = {s.name: s for s in family.shapes}
@@ -145,17 +146,18 @@ def main() -> None:
                 family.launch(kernel, shape, inputs, output)
                 torch.cuda.synchronize()
                 error = ((output.double() - reference).abs().max() / reference.abs().max()).item()
-                (function, prepass), g, workspaces = kernel
-                alone = ((function, type("NoPrepass", (), {"launch": lambda *a, **k: None})()), g, workspaces)
+                alone = copy.copy(kernel)  # the same launcher without a's prepass: the GEMM alone
+                alone.prepass = type("NoPrepass", (), {"launch": lambda *a, **k: None})()
                 both_us, alone_us = (time_runs(lambda k=k: family.launch(k, shape, inputs, output), "cuda",
                                                family.timing, shape.name).median_s * 1e6 for k in (kernel, alone))
                 print(f"{text} {shape.name} {'stamped' if stamped else 'as built'}: max error / max |ref| {error:.2e}, "
                       f"prepass + GEMM {both_us:.2f} us, GEMM alone {alone_us:.2f} us")
             family.launch(kernel, shape, inputs, output)  # the stamps of one launch
             torch.cuda.synchronize()
-            fit = lambda size: workspaces.get(("clusters", size), 1 << 30)  # what the launch asked the driver
+            g = kernel.genome
+            fit = lambda size: kernel.kept.get(("clusters", size), 1 << 30)  # what the launch asked the driver
             x, y, z = grid(g, shape, splits(g, shape, multiprocessors(), fit))
-            ints = function.module.read_ints("evo_stamps", x * y * z * 32)
+            ints = kernel.gemm.module.read_ints("evo_stamps", x * y * z * 32)
             values = [(ints[2 * i] & 0xFFFFFFFF) | (ints[2 * i + 1] << 32) for i in range(x * y * z * 16)]
             for group in (0, 1):
                 rows = [values[b * 16 + group * 8: b * 16 + group * 8 + 8] for b in range(x * y * z)]

@@ -98,7 +98,7 @@ def test_every_knob_value_compiles_and_passes_the_screen(cache_dir):
 
 
 def test_constraints_launch_and_workspace():
-    from seeds.nvfp4_gemm.spec import grid, shared_bytes, split_workspace, splits
+    from seeds.nvfp4_gemm.launch import grid, shared_bytes, split_workspace, splits
 
     space = FAMILY.space
     assert space.is_valid(SEED.replace(block_m=64, warps_m=4))  # 16 rows a warp
@@ -121,7 +121,7 @@ def test_constraints_launch_and_workspace():
     assert not space.is_valid(CLUSTER.replace(wgmma_in_flight=2, stage_sync="mbarriers"))  # cp.async: groups
     assert shared_bytes(TMA_MBARRIERS) == 4 * (128 * 128 * 2 + 128 * (64 + 8)) + 1024 + 4 * 16  # full and empty
     # a's producer warpgroup fills the same stages (mbarrier-handed TMA stages only), with 128 more threads
-    from seeds.nvfp4_gemm.spec import threads
+    from seeds.nvfp4_gemm.launch import threads
 
     assert shared_bytes(PRODUCER) == shared_bytes(ONE_WARPGROUP)
     assert (threads(ONE_WARPGROUP), threads(PRODUCER), threads(PRODUCER_CLUSTER_L2)) == (128, 256, 384)

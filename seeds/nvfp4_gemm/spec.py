@@ -5,17 +5,18 @@ an e2m1 value times an e4m3 scale fits fp16), in registers or once per block int
 and multiplies with mma.sync m16n8k16 or wgmma, fp32 accumulation. a is M x K and b is N x K, both K-major, two values a byte; one scale per 16 values
 of a row, in the plain row-major layout or the blocked layout of cuBLAS / CUTLASS (a shape's
 ``blocked`` says which the user holds; the kernel reads either, seeds/nvfp4_gemm/formats.py
-converts between them). Host formats and layouts: formats.py.
+converts between them). Host formats and layouts: formats.py. The launch (grid, K split, workspaces,
+a's prepass, tensor maps): launch.py, which `evo export` ships beside an exported kernel.
 """
 
 from __future__ import annotations
 
-import ctypes
 from pathlib import Path
 
 from kernel_genome import Boolean, Choice, Constraint, IntRange, PowerOfTwo, Space
 from seeds._family import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance, shape
 from seeds._wgmma import wgmma_wrapper
+from seeds.nvfp4_gemm.launch import Launcher, shared_bytes, threads
 
 HERE = Path(__file__).parent
 HOPPER = HERE.parent / "_hopper.cuh"
@@ -25,66 +26,12 @@ DEQUANTS = ("registers", "shared")
 MMAS = ("mma_sync", "wgmma", "wgmma_swapped")
 A_DEQUANTS = ("in_block", "prepass", "producer")
 SPLIT_REDUCES = ("ticket", "cluster", "spread", "cluster_l2")
-CLUSTERED = ("cluster", "cluster_l2")  # split_reduce values whose split tiles are one thread-block cluster
 LOADS = ("cp_async", "tma")
 STAGE_SYNCS = ("block_barrier", "mbarriers")
 BIT_PLACEMENTS = ("shifts", "bytes")
 SMEM_LIMIT = 227 * 1024  # one block
 SMEM_PER_SM = 228 * 1024  # all the blocks of an SM (each also reserves 1 KiB for the system)
 MAX_ACCUMULATORS = 64  # fp32 accumulators a thread keeps (twice: the running ones and the K tile's)
-
-
-def _align128(n: int) -> int:
-    return (n + 127) // 128 * 128
-
-
-def shared_bytes(g) -> int:
-    """Dynamic shared memory of one block; mirrors SHARED_BYTES in nvfp4_gemm_parts.cuh."""
-    rows, bk = g["block_m"] + g["block_n"], g["block_k"]
-    if g["a_dequant"] != "in_block":  # a stage: a's fp16 tile and b's packed rows, 1024-byte aligned
-        tma = g["loads"] == "tma"  # rows unpadded, and an mbarrier a stage
-        stage = g["block_m"] * bk * 2 + g["block_n"] * (bk // 2 + (0 if tma else 16) + bk // 16)
-        barriers = (16 if g["stage_sync"] == "mbarriers" else 8) * g["stages"] if tma else 0
-        return g["stages"] * ((stage + 1023) // 1024 * 1024) + 1024 + barriers
-    packed = g["stages"] * _align128(rows * (bk // 2 + 16) + rows * bk // 16)
-    # two fp16 tiles, 1024-byte aligned: of every row with dequant == shared, of a's rows with swapped wgmma
-    if g["dequant"] == "shared":
-        return packed + 2 * rows * g["block_k"] * 2 + 1024
-    return packed + (2 * g["block_m"] * g["block_k"] * 2 + 1024 if g["mma"] == "wgmma_swapped" else 0)
-
-
-def output_tiles(g, s: ProblemShape) -> tuple[int, int, int]:
-    """Output tiles along N and M, and batches."""
-    return -(-s["n"] // g["block_n"]), -(-s["m"] // g["block_m"]), s["l"]
-
-
-def splits(g, s: ProblemShape, multiprocessors: int, clusters_fit=None) -> int:
-    """Blocks sharing an output tile at shape s: the most (a power of two, at most split_k) whose grid
-    still runs in one wave of blocks_per_sm blocks on each SM (1 when the tiles alone fill it); with
-    a cluster split_reduce also at most what ``clusters_fit(count)`` says run at once (clusters of
-    `count` blocks lie in one GPC each, so fewer fit than SMs / count)."""
-    x, y, z = output_tiles(g, s)
-    slots, count = multiprocessors * g["blocks_per_sm"], 1
-    while count * 2 <= g["split_k"] and x * y * z * count * 2 <= slots:
-        if g["split_reduce"] in CLUSTERED and clusters_fit is not None and x * y * z > clusters_fit(count * 2):
-            break
-        count *= 2
-    return count
-
-
-def grid(g, s: ProblemShape, split: int) -> tuple[int, int, int]:
-    """Blocks of a launch: output tiles along N and M, batches times the K split."""
-    x, y, z = output_tiles(g, s)
-    return x, y, z * split
-
-
-def split_workspace(g, s: ProblemShape, split: int) -> tuple[int, int]:
-    """What a K split needs in global memory: floats (a block_m x block_n partial tile per block) and
-    ticket counters (one per output tile); (0, 0) without a split."""
-    if split == 1:
-        return 0, 0
-    x, y, z = output_tiles(g, s)
-    return x * y * z * split * g["block_m"] * g["block_n"], x * y * z
 
 
 def _warp_tiles_fit(g) -> bool:
@@ -95,11 +42,6 @@ def _warp_tiles_fit(g) -> bool:
 def _partial_tile_bytes(g) -> int:
     columns = g["block_m"] if g["mma"] == "wgmma_swapped" else g["block_n"]
     return g["block_m"] * g["block_n"] // columns * (columns + 4) * 4
-
-
-def threads(g) -> int:
-    """Threads of a block: the warps that multiply, and a's producer warpgroup (a_dequant == producer)."""
-    return g["warps_m"] * g["warps_n"] * 32 + (128 if g["a_dequant"] == "producer" else 0)
 
 
 def _registers_hold_accumulators(g) -> bool:
@@ -348,52 +290,10 @@ class Nvfp4Gemm(KernelFamily):
     def load(self, artifact: Path, genome):
         from seeds._cuda import CudaModule
 
-        module = CudaModule(artifact)
-        kernel = module.sized_kernel("nvfp4_gemm", "nvfp4_shared_bytes", shared_bytes(genome), "nvfp4_gemm.cu")
-        return (kernel, module.kernel("nvfp4_dequantize_a")), genome.as_dict(), {}
+        return Launcher(CudaModule(artifact), genome.as_dict())
 
-    def launch(self, kernel, shape: ProblemShape, inputs, output) -> None:
-        from seeds._cuda import TensorMapBytes, box_map, multiprocessors, ptr, ticketed_workspace
-
-        (function, prepass), g, workspaces = kernel
-        a, b, sfa, sfb = inputs
-        l, m, k = shape["l"], shape["m"], shape["k"]
-        cluster = g["split_reduce"] in CLUSTERED
-
-        def clusters_fit(size: int) -> int:  # asked of the driver once per size
-            if ("clusters", size) not in workspaces:
-                workspaces[("clusters", size)] = function.max_active_clusters(
-                    size, threads(g), shared_bytes(g), at_launch=True)
-            return workspaces[("clusters", size)]
-
-        split = splits(g, shape, multiprocessors(), clusters_fit if cluster else None)
-        # (the sum through distributed shared memory needs no workspace)
-        floats, counters = split_workspace(g, shape, 1 if g["split_reduce"] == "cluster" else split)
-        records, tickets = ticketed_workspace(workspaces, shape, floats, counters, a.device)
-        if g["a_dequant"] == "prepass":  # a's fp16 copy first (l * m * k halves, kept as floats)
-            a_halves, _ = ticketed_workspace(workspaces, ("a_halves", shape), l * m * k // 2, 0, a.device)
-            units = l * m * k // 32
-            prepass.launch((min(-(-units // 256), 8 * multiprocessors()),), (256,),
-                           [ptr(a), ptr(sfa), ptr(a_halves), ctypes.c_int(m), ctypes.c_int(k),
-                            ctypes.c_int(shape["blocked"]), ctypes.c_int(l)])
-            a = a_halves
-        maps = (TensorMapBytes(), TensorMapBytes())  # read only by a kernel with TMA loads
-        if g["loads"] == "tma":  # encoded once per set of operands
-            import torch
-
-            key = (a.data_ptr(), b.data_ptr(), shape)
-            if workspaces.get("maps", (None,))[0] != key:
-                a_map = TensorMapBytes()  # (a's producer warpgroup reads a itself)
-                if g["a_dequant"] == "prepass":
-                    a_map = box_map(a.view(torch.float16).view(l, m, k), (64, g["block_m"], 1), swizzled=True)
-                workspaces["maps"] = key, (a_map, box_map(b, (g["block_k"] // 2, g["block_n"], 1), swizzled=False))
-            maps = workspaces["maps"][1]
-        function.launch(grid(g, shape, split), (threads(g),),
-                        [ptr(a), ptr(b), ptr(sfa), ptr(sfb), ptr(output), ctypes.c_int(shape["m"]),
-                         ctypes.c_int(shape["n"]), ctypes.c_int(shape["k"]), ctypes.c_int(shape["blocked"]),
-                         ctypes.c_int(split), ptr(records), ptr(tickets), *maps],
-                        shared_bytes=shared_bytes(g), cluster=(1, 1, split) if cluster else None,
-                        programmatic=g["a_dequant"] == "prepass")
+    def launch(self, kernel: Launcher, shape: ProblemShape, inputs, output) -> None:
+        kernel.launch(shape, *inputs, output)
 
     def flops(self, shape: ProblemShape) -> float:
         return 2.0 * shape["l"] * shape["m"] * shape["n"] * shape["k"]

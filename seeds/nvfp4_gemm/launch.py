@@ -1,0 +1,138 @@
+"""How nvfp4_gemm's kernels of one genome are launched: the grid, the K split, shared memory, the
+workspaces, a's fp16 prepass and the TMA descriptors.
+
+Needs torch and cuda.bindings, never the rest of evo: `evo export` copies this file beside an exported
+kernel as nvfp4_launch.py (and seeds/_cuda.py as evo_cuda.py), so the package launches the kernel
+exactly as the search timed it. ``g`` is a genome or its dict, ``s`` a shape with l, m, n, k and
+blocked (a ProblemShape or a plain dict).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Mapping
+
+if __package__:  # seeds.nvfp4_gemm.launch, inside evo
+    from seeds._cuda import TensorMapBytes, box_map, multiprocessors, ptr, ticketed_workspace
+else:  # an exported kernel's nvfp4_launch.py, with evo_cuda.py beside it
+    from evo_cuda import TensorMapBytes, box_map, multiprocessors, ptr, ticketed_workspace
+
+CLUSTERED = ("cluster", "cluster_l2")  # split_reduce values whose split tiles are one thread-block cluster
+
+
+def _align128(n: int) -> int:
+    return (n + 127) // 128 * 128
+
+
+def shared_bytes(g) -> int:
+    """Dynamic shared memory of one block; mirrors SHARED_BYTES in nvfp4_gemm_parts.cuh."""
+    rows, bk = g["block_m"] + g["block_n"], g["block_k"]
+    if g["a_dequant"] != "in_block":  # a stage: a's fp16 tile and b's packed rows, 1024-byte aligned
+        tma = g["loads"] == "tma"  # rows unpadded, and an mbarrier a stage
+        stage = g["block_m"] * bk * 2 + g["block_n"] * (bk // 2 + (0 if tma else 16) + bk // 16)
+        barriers = (16 if g["stage_sync"] == "mbarriers" else 8) * g["stages"] if tma else 0
+        return g["stages"] * ((stage + 1023) // 1024 * 1024) + 1024 + barriers
+    packed = g["stages"] * _align128(rows * (bk // 2 + 16) + rows * bk // 16)
+    # two fp16 tiles, 1024-byte aligned: of every row with dequant == shared, of a's rows with swapped wgmma
+    if g["dequant"] == "shared":
+        return packed + 2 * rows * g["block_k"] * 2 + 1024
+    return packed + (2 * g["block_m"] * g["block_k"] * 2 + 1024 if g["mma"] == "wgmma_swapped" else 0)
+
+
+def threads(g) -> int:
+    """Threads of a block: the warps that multiply, and a's producer warpgroup (a_dequant == producer)."""
+    return g["warps_m"] * g["warps_n"] * 32 + (128 if g["a_dequant"] == "producer" else 0)
+
+
+def output_tiles(g, s: Mapping) -> tuple[int, int, int]:
+    """Output tiles along N and M, and batches."""
+    return -(-s["n"] // g["block_n"]), -(-s["m"] // g["block_m"]), s["l"]
+
+
+def splits(g, s: Mapping, multiprocessors: int, clusters_fit=None) -> int:
+    """Blocks sharing an output tile at shape s: the most (a power of two, at most split_k) whose grid
+    still runs in one wave of blocks_per_sm blocks on each SM (1 when the tiles alone fill it); with
+    a cluster split_reduce also at most what ``clusters_fit(count)`` says run at once (clusters of
+    `count` blocks lie in one GPC each, so fewer fit than SMs / count)."""
+    x, y, z = output_tiles(g, s)
+    slots, count = multiprocessors * g["blocks_per_sm"], 1
+    while count * 2 <= g["split_k"] and x * y * z * count * 2 <= slots:
+        if g["split_reduce"] in CLUSTERED and clusters_fit is not None and x * y * z > clusters_fit(count * 2):
+            break
+        count *= 2
+    return count
+
+
+def grid(g, s: Mapping, split: int) -> tuple[int, int, int]:
+    """Blocks of a launch: output tiles along N and M, batches times the K split."""
+    x, y, z = output_tiles(g, s)
+    return x, y, z * split
+
+
+def split_workspace(g, s: Mapping, split: int) -> tuple[int, int]:
+    """What a K split needs in global memory: floats (a block_m x block_n partial tile per block) and
+    ticket counters (one per output tile); (0, 0) without a split."""
+    if split == 1:
+        return 0, 0
+    x, y, z = output_tiles(g, s)
+    return x * y * z * split * g["block_m"] * g["block_n"], x * y * z
+
+
+class Launcher:
+    """One genome's GEMM kernel and a's prepass kernel, loaded from its cubin (a seeds/_cuda.py
+    CudaModule), and what their launches keep between calls: per shape and stream the split
+    workspace with its ticket counters (they count on across launches), a's fp16 copy and the
+    tensor maps; per cluster size how many clusters the driver says run at once (``kept``)."""
+
+    def __init__(self, module, genome: Mapping) -> None:
+        self.genome = dict(genome)
+        self.gemm = module.sized_kernel("nvfp4_gemm", "nvfp4_shared_bytes", shared_bytes(self.genome),
+                                        "nvfp4_gemm.cu")
+        self.prepass = module.kernel("nvfp4_dequantize_a")
+        self.kept: dict[Any, Any] = {}
+
+    def clusters_fit(self, size: int) -> int:
+        """Clusters of ``size`` blocks of this kernel that run at once (asked of the driver once per size)."""
+        if ("clusters", size) not in self.kept:
+            g = self.genome
+            self.kept[("clusters", size)] = self.gemm.max_active_clusters(size, threads(g), shared_bytes(g),
+                                                                          at_launch=True)
+        return self.kept[("clusters", size)]
+
+    def launch(self, s: Mapping, a, b, sfa, sfb, output) -> None:
+        """c = output [L, M, N] fp16 from packed a [L, M, K/2], b [L, N, K/2] (uint8, contiguous) and
+        their e4m3 scales (plain [L, rows, K/16], or blocked when s["blocked"]), on torch's current stream."""
+        import torch
+
+        g = self.genome
+        l, m, k = s["l"], s["m"], s["k"]
+        stream = torch.cuda.current_stream().cuda_stream
+        dims = (l, m, s["n"], k, int(s["blocked"]), stream)
+        cluster = g["split_reduce"] in CLUSTERED
+        split = splits(g, s, multiprocessors(), self.clusters_fit if cluster else None)
+        # (the sum through distributed shared memory needs no workspace)
+        floats, counters = split_workspace(g, s, 1 if g["split_reduce"] == "cluster" else split)
+        records, tickets = ticketed_workspace(self.kept, ("split", dims), floats, counters, a.device)
+        if g["a_dequant"] == "prepass":  # a's fp16 copy first (l * m * k halves, kept as floats)
+            a_halves, _ = ticketed_workspace(self.kept, ("a_halves", dims), l * m * k // 2, 0, a.device)
+            units = l * m * k // 32
+            self.prepass.launch((min(-(-units // 256), 8 * multiprocessors()),), (256,),
+                                [ptr(a), ptr(sfa), ptr(a_halves), ctypes.c_int(m), ctypes.c_int(k),
+                                 ctypes.c_int(s["blocked"]), ctypes.c_int(l)])
+            a = a_halves
+        maps = (TensorMapBytes(), TensorMapBytes())  # read only by a kernel with TMA loads
+        if g["loads"] == "tma":  # encoded once per set of operands
+            key = (a.data_ptr(), b.data_ptr(), dims)
+            if self.kept.get(("maps", stream), (None,))[0] != key:
+                a_map = TensorMapBytes()  # (a's producer warpgroup reads a itself)
+                if g["a_dequant"] == "prepass":
+                    a_map = box_map(a.view(torch.float16).view(l, m, k), (64, g["block_m"], 1), swizzled=True)
+                self.kept[("maps", stream)] = key, (a_map, box_map(b, (g["block_k"] // 2, g["block_n"], 1),
+                                                                   swizzled=False))
+            maps = self.kept[("maps", stream)][1]
+        self.gemm.launch(grid(g, s, split), (threads(g),),
+                         [ptr(a), ptr(b), ptr(sfa), ptr(sfb), ptr(output), ctypes.c_int(m), ctypes.c_int(s["n"]),
+                          ctypes.c_int(k), ctypes.c_int(s["blocked"]), ctypes.c_int(split), ptr(records),
+                          ptr(tickets), *maps],
+                         shared_bytes=shared_bytes(g), cluster=(1, 1, split) if cluster else None,
+                         programmatic=g["a_dequant"] == "prepass")
