@@ -3,6 +3,9 @@
     python selfcheck.py            # exit 0: every shape within tolerance; 1: a check failed
     python selfcheck.py --cold-cache   # time each call after flushing the cache (--no-cold-cache: warm)
 
+The anchor is the family's (metadata's anchor_name); a module may name other implementations to
+compare with in OTHER_ANCHORS (name -> callable like its anchor), each timed and printed below it.
+
 Standalone: imports torch and the exported module beside this file, never evo. Fresh random
 inputs per shape; the output is poisoned (NaN) before the kernel runs, so an unwritten element
 fails; the kernel and the anchor are timed the same way in this process, with cold caches when the
@@ -122,10 +125,15 @@ def main() -> int:
     tolerance = metadata["tolerance"]
     print(f"{metadata['family']} genome {metadata['genome_id']} (run {metadata['run']}, individual "
           f"{metadata['individual']}); anchor: {metadata['anchor_name']}; caches {'cold' if cold else 'warm'}")
+    print(f"passes where every |out - ref| <= {tolerance['max_abs']:g}"
+          + (f" + {tolerance['rtol']:g} |ref|" if tolerance.get("rtol") else "")
+          + f" and the relative L2 error <= {tolerance['max_rel_l2']:g}")
     if kernel.DEVICE == "cuda":
         print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     failed = False
-    print(f"{'shape':>10} {'max abs err':>12} {'rel L2 err':>11} {'kernel':>11} {'anchor':>11} {'speedup':>8}  verdict")
+    width = max([10] + [len(shape["name"]) for shape in metadata["shapes"]])
+    print(f"{'shape':>{width}} {'max abs err':>12} {'rel L2 err':>11} {'kernel':>11} {'anchor':>11} {'speedup':>8}  "
+          "verdict")
     for index, shape in enumerate(metadata["shapes"]):
         generator = torch.Generator(device=kernel.DEVICE)
         generator.manual_seed(int(time.time_ns() % (1 << 62)) + index)
@@ -139,12 +147,18 @@ def main() -> int:
         difference = (out.to(torch.float64) - reference)
         max_abs = difference.abs().max().item()
         rel_l2 = (difference.norm() / reference.norm().clamp_min(1e-30)).item()
-        ok = math.isfinite(max_abs) and max_abs <= tolerance["max_abs"] and rel_l2 <= tolerance["max_rel_l2"]
+        # as evo verifies: every |out - ref| <= max_abs + rtol |ref| (rtol 0 in exports that predate it)
+        beyond = int((difference.abs() > tolerance["max_abs"] + tolerance.get("rtol", 0.0) * reference.abs()).sum())
+        ok = math.isfinite(max_abs) and beyond == 0 and rel_l2 <= tolerance["max_rel_l2"]
         failed |= not ok
         own = timer(lambda: kernel.launch(shape, inputs, out), kernel.DEVICE)
         anchor = timer(lambda: kernel.anchor(shape, inputs), kernel.DEVICE)
-        print(f"{shape['name']:>10} {max_abs:12.3g} {rel_l2:11.3g} {own * 1e6:9.2f}us {anchor * 1e6:9.2f}us "
+        print(f"{shape['name']:>{width}} {max_abs:12.3g} {rel_l2:11.3g} {own * 1e6:9.2f}us {anchor * 1e6:9.2f}us "
               f"{anchor / own:7.2f}x  {'ok' if ok else 'FAILED'}")
+        for name, other in getattr(kernel, "OTHER_ANCHORS", {}).items():  # timed the same way
+            seconds = timer(lambda: other(shape, inputs), kernel.DEVICE)
+            print(f"{'':>{width}} {'':>12} {'':>11} {'':>11} {seconds * 1e6:9.2f}us {seconds / own:7.2f}x  "
+                  f"anchor: {name}")
     print("self-check " + ("FAILED" if failed else "passed"))
     return 1 if failed else 0
 

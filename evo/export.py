@@ -9,7 +9,9 @@ The package needs torch (and, for CUDA kernels, cuda.bindings), never evo:
     metadata.json     genome, family, run, GPU, compiler and torch versions, errors, timings,
                       anchor timings, date
     selfcheck.py      re-verifies against the reference on every shape and re-times against the anchor
-The family supplies the module (its ``export_template``); this file fills it in.
+                      (and the family's other anchors, where the module names them)
+The family supplies the module (its ``export_template``, with the ``export_files`` it imports, copied
+beside it); this file fills it in.
 """
 
 from __future__ import annotations
@@ -122,10 +124,13 @@ def export_individual(store: Store, run_id: int, individual_id: int | None, out:
         genome_id=genome.id, genome=genome.as_dict(), module=module_name, source=source_name, artifact=artifact_name,
         build_command=command, compiler=compiler_version(recipe.compiler) or "unknown", torch=torch.__version__,
         hardware=run.hardware, shapes=[dict(s.dims, name=s.name, mission=s.mission) for s in family.shapes],
-        tolerance=dict(max_abs=family.tolerance.max_abs, max_rel_l2=family.tolerance.max_rel_l2),
+        tolerance=dict(max_abs=family.tolerance.max_abs, max_rel_l2=family.tolerance.max_rel_l2,
+                       rtol=family.tolerance.rtol),
         anchor_name=family.anchor_name, errors=evaluation.checks, timings=evaluation.timings,
         anchor_timings=evaluation.anchor, cold_cache=run.cold_cache,
         exported_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    for name, path in family.export_files:
+        write(name, path.read_text())
     write("metadata.json", json.dumps(metadata, indent=1, default=str))
     shutil.copyfile(SELFCHECK, out / "selfcheck.py")
     files.append(out / "selfcheck.py")

@@ -97,6 +97,8 @@ class KernelFamily(abc.ABC):
     # a standalone Python module (torch, no evo) that `evo export` fills in: __GENOME_JSON__,
     # __GENOME_ID__ and __ARTIFACT__ are replaced; None: the family cannot be exported
     export_template: Path | None = None
+    # files `evo export` copies beside that module, (name there, source): what the module imports
+    export_files: tuple[tuple[str, Path], ...] = ()
     # the GPU its kernels need, e.g. (10, 0) for sm_100a code; None: any device of its kind. On
     # another GPU (or none) its genomes are built and screened, then recorded as unverified
     compute_capability: tuple[int, int] | None = None

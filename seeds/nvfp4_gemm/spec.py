@@ -212,6 +212,9 @@ class Nvfp4Gemm(KernelFamily):
     # the rtol = atol = 1e-3 on the fp16 output, elementwise
     tolerance = Tolerance(max_abs=1e-3, max_rel_l2=1e-3, rtol=1e-3)
     anchor_name = "torch: dequantise to bf16 + matmul"
+    export_template = HERE / "export_template.py.in"
+    export_files = (("nvfp4_launch.py", HERE / "launch.py"), ("nvfp4_formats.py", HERE / "formats.py"),
+                    ("evo_cuda.py", HERE.parent / "_cuda.py"))
     timing = TimingPlan(warmup=3, min_runs=10, max_runs=100, min_seconds=0.05)
 
     def build_recipe(self, genome) -> BuildRecipe:
