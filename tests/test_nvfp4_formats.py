@@ -84,3 +84,15 @@ def test_dequantize_multiplies_each_group_of_16_by_its_scale():
     assert bool((values >= 2.0 ** -6).all() and (values < 2.0 ** -3).all())
     exact = f.dequantize(packed, scales)
     assert torch.equal(exact.bfloat16().float(), exact)  # e2m1 x e4m3 is exact in bf16
+
+
+def test_a_random_problem_in_either_scale_layout_dequantises_alike():
+    plain = dict(l=2, m=130, n=6, k=64, blocked=0)
+    a, b, sfa, sfb = f.random_problem(plain, torch.Generator().manual_seed(3), "cpu")
+    assert (a.shape, b.shape, sfa.shape, sfb.shape) == ((2, 130, 32), (2, 6, 32), (2, 130, 4), (2, 6, 4))
+    blocked = (a, b, f.to_blocked(sfa), f.to_blocked(sfb))
+    assert blocked[2].shape == (2, f.blocked_size(130, 4)) == (2, 2 * 512)
+    expected = (f.dequantize(a, sfa).double(), f.dequantize(b, sfb).double())
+    for s, operands in ((plain, (a, b, sfa, sfb)), (dict(plain, blocked=1), blocked)):
+        got = f.dequantized_operands(s, operands, torch.float64)
+        assert all(torch.equal(x, y) for x, y in zip(got, expected))

@@ -153,6 +153,25 @@ def random_operand(rows: int, k: int, batch: int, generator: torch.Generator, de
     return packed, (exponent << 3) | mantissa
 
 
+def random_problem(s, generator: torch.Generator, device) -> tuple[torch.Tensor, ...]:
+    """Random operands a, b, sfa, sfb of a problem ``s`` (l, m, n, k and blocked, a mapping): packed
+    [l, rows, k/2] values, scales [l, rows, k/16], or blocked [l, bytes] when s["blocked"]."""
+    a, sfa = random_operand(s["m"], s["k"], s["l"], generator, device)
+    b, sfb = random_operand(s["n"], s["k"], s["l"], generator, device)
+    if s["blocked"]:
+        sfa, sfb = to_blocked(sfa), to_blocked(sfb)
+    return a, b, sfa, sfb
+
+
+def dequantized_operands(s, operands, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """a * sfa and b * sfb of a problem ``s`` (as random_problem's) in ``dtype``, [l, rows, k] each."""
+    a, b, sfa, sfb = operands
+    if s["blocked"]:
+        groups = s["k"] // SCALE_GROUP
+        sfa, sfb = from_blocked(sfa, s["m"], groups), from_blocked(sfb, s["n"], groups)
+    return dequantize(a, sfa).to(dtype), dequantize(b, sfb).to(dtype)
+
+
 def _ceil(a: int, b: int) -> int:
     return (a + b - 1) // b
 

@@ -246,11 +246,7 @@ class Nvfp4Gemm(KernelFamily):
         from seeds.nvfp4_gemm import formats
 
         self.check_shape(shape)
-        a, sfa = formats.random_operand(shape["m"], shape["k"], shape["l"], generator, "cuda")
-        b, sfb = formats.random_operand(shape["n"], shape["k"], shape["l"], generator, "cuda")
-        if shape["blocked"]:
-            sfa, sfb = formats.to_blocked(sfa), formats.to_blocked(sfb)
-        return a, b, sfa, sfb
+        return formats.random_problem(shape, generator, "cuda")
 
     def make_output(self, shape: ProblemShape):
         import torch
@@ -260,11 +256,7 @@ class Nvfp4Gemm(KernelFamily):
     def _dequantized(self, shape: ProblemShape, inputs, dtype):
         from seeds.nvfp4_gemm import formats
 
-        a, b, sfa, sfb = inputs
-        if shape["blocked"]:
-            sfa = formats.from_blocked(sfa, shape["m"], shape["k"] // 16)
-            sfb = formats.from_blocked(sfb, shape["n"], shape["k"] // 16)
-        return formats.dequantize(a, sfa).to(dtype), formats.dequantize(b, sfb).to(dtype)
+        return formats.dequantized_operands(shape, inputs, dtype)
 
     def reference(self, shape: ProblemShape, inputs):
         import torch
