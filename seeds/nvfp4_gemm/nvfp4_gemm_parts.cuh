@@ -70,6 +70,12 @@ __device__ __forceinline__ int blocked_offset(int row, int column, int columns) 
     return tile * 512 + (row % 32) * 16 + (row % 128) / 32 * 4 + column % 4;
 }
 
+// bytes from a row's scales of one K tile to the next tile's (its SCALES scales further along the row),
+// and from one group of 4 consecutive scales of a row to the next, in either layout (the blocked
+// layout's tiles of 4 columns lie 512 bytes apart)
+__device__ __forceinline__ int tile_scale_step(int blocked) { return blocked ? SCALES / 4 * 512 : SCALES; }
+__device__ __forceinline__ int scale_group_step(int blocked) { return blocked ? 512 : 4; }
+
 __device__ __forceinline__ void copy4(void* dst, const void* src, bool valid) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src),
                  "r"(valid ? 4 : 0));
@@ -89,7 +95,7 @@ struct TileLoader {
     unsigned value_valid = 0, scale_valid = 0;  // bit p: pass p's row lies in the operand
     int scale_step;
 
-    __device__ TileLoader(const Operand& op, int K, int blocked) : scale_step(blocked ? SCALES * 128 : SCALES) {
+    __device__ TileLoader(const Operand& op, int K, int blocked) : scale_step(tile_scale_step(blocked)) {
 #pragma unroll
         for (int p = 0; p < VALUE_PASSES; ++p) {
             const int i = threadIdx.x + p * THREADS, row = op.first_row + i / CHUNKS;

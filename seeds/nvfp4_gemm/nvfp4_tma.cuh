@@ -169,8 +169,8 @@ struct AProducer {
     __device__ __forceinline__ static int part() { return PER_ROW == 1 ? 0 : (threadIdx.x - THREADS) / BLOCK_M; }
 
     __device__ AProducer(const unsigned char* a, const unsigned char* sfa, int M, int K, int blocked, int m0)
-        : row((threadIdx.x - THREADS) % BLOCK_M), scale_step(blocked ? SCALES * 128 : SCALES),
-          group_step(blocked ? 512 : 4), valid(m0 + row < M) {
+        : row((threadIdx.x - THREADS) % BLOCK_M), scale_step(tile_scale_step(blocked)),
+          group_step(scale_group_step(blocked)), valid(m0 + row < M) {
         const int r = valid ? m0 + row : 0;
         values = a + (size_t)r * (K / 2) + part() * WORDS * 4;
         scales = sfa + (blocked ? blocked_offset(r, 0, K / 16) : (size_t)r * (K / 16));
