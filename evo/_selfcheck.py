@@ -6,9 +6,9 @@
 The anchor is the family's (metadata's anchor_name); a module may name other implementations to
 compare with in OTHER_ANCHORS (name -> callable like its anchor), each timed and printed below it.
 
-Standalone: imports torch and the exported module beside this file, never evo. Fresh random
-inputs per shape; the output is poisoned (NaN) before the kernel runs, so an unwritten element
-fails; the kernel and the anchor are timed the same way in this process, with cold caches when the
+Standalone: imports torch and the files beside it (the exported module; ``evo_flush.py``, the
+cache flush evo's timing uses), never evo. Fresh random inputs per shape; the output is poisoned
+(NaN) before the kernel runs, so an unwritten element fails; the kernel and the anchor are timed the same way in this process, with cold caches when the
 search timed that way (metadata's ``cold_cache``) unless a flag says otherwise.
 """
 
@@ -49,23 +49,12 @@ def _replay(run, burst: int):
         return lambda: [run() for _ in range(burst)]
 
 
-def _flush(device: str):
-    """What evicts the last-level cache without dirtying it (as evo's --cold-cache does): a sum over
-    twice the GPU's L2, or over twice the CPU's L3 and at least 64 MiB."""
-    if device == "cuda":
-        size = 2 * torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-    else:  # twice the largest of CPU 0's caches as Linux gives them, such as "32768K"
-        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-        texts = [f.read_text().strip().upper() for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size")]
-        size = 2 * max((int(t[:-1]) * units[t[-1]] for t in texts if t[-1:] in units and t[:-1].isdigit()), default=0)
-    words = torch.ones(max(size, 64 << 20) // 4, dtype=torch.int32, device=device)
-    return lambda: words.sum()
-
-
 def _time_cold(run, device: str, samples: int = 50) -> float:
     """Median seconds per call, each after the cache is flushed (as evo times with --cold-cache):
     on CUDA one call between two events, the whole batch queued behind a spin kernel."""
-    flush = _flush(device)
+    from evo_flush import reading_flush  # evo's fitness/_flush.py, shipped beside this file
+
+    flush = reading_flush(device)
     for _ in range(3):
         flush()
         run()

@@ -10,6 +10,7 @@ The package needs torch (and, for CUDA kernels, cuda.bindings), never evo:
                       anchor timings, date
     selfcheck.py      re-verifies against the reference on every shape and re-times against the anchor
                       (and the family's other anchors, where the module names them)
+    evo_flush.py      the cache flush evo's --cold-cache timing uses (fitness/_flush.py), for selfcheck.py
 The family supplies the module (its ``export_template``, with the ``export_files`` it imports, copied
 beside it); this file fills it in.
 """
@@ -24,10 +25,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from db import Store
-from fitness import BuildConfig, Builder, Status, format_seconds
+from fitness import BuildConfig, Builder, Status, _flush, format_seconds
 from fitness.build import ARTIFACT_SUFFIX, compiler_version, default_cache_dir
 
 SELFCHECK = Path(__file__).with_name("_selfcheck.py")
+FLUSH = Path(_flush.__file__)  # shipped as evo_flush.py: the self-check flushes as the evaluator does
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,7 @@ def export_individual(store: Store, run_id: int, individual_id: int | None, out:
     for name, path in family.export_files:
         write(name, path.read_text())
     write("metadata.json", json.dumps(metadata, indent=1, default=str))
+    write("evo_flush.py", FLUSH.read_text())
     shutil.copyfile(SELFCHECK, out / "selfcheck.py")
     files.append(out / "selfcheck.py")
     return ExportResult(individual.id, genome.id, module_name, tuple(files))

@@ -5,26 +5,22 @@ CUDA graph holding a burst of back-to-back launches, between two CUDA events, di
 burst length, so that host launch overhead (tens of microseconds from Python) does not
 dominate microsecond kernels.
 
-Cold caches (``cold=True``): before every sample a buffer twice the size of the last-level cache
-is read, so the operands come from memory, as when a model's weights are streamed from it on each
-call, not from a cache that back-to-back launches keep warm. The flush reads rather than writes:
-a written buffer would leave the cache full of dirty lines whose write-back the timed run would
-pay (on the H100 that adds ~4 us to bf16 cuBLAS at M=128 N=7168 K=2048, and far less to a kernel
-reading a quarter of the bytes), which is not the state a model's other layers leave behind. On
-CUDA each sample is then one launch between two events; the launches and flushes of a batch are
-queued behind a spin kernel long enough for the host to queue them all, so no host gap falls
-between a sample's events.
+Cold caches (``cold=True``): before every sample the last-level cache is flushed by reading a
+buffer twice its size (``fitness._flush``, shared with an exported kernel's self-check), so the
+operands come from memory, as when a model's weights are streamed from it on each call, not from a
+cache that back-to-back launches keep warm. On CUDA each sample is then one launch between two
+events; the launches and flushes of a batch are queued behind a spin kernel long enough for the host
+to queue them all, so no host gap falls between a sample's events.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import statistics
 import time
-from pathlib import Path
 from typing import Callable
 
+from fitness._flush import reading_flush
 from fitness.records import ShapeTiming
 from seeds import TimingPlan
 
@@ -40,7 +36,6 @@ def summarize(shape: str, samples: list[float]) -> ShapeTiming:
     return ShapeTiming(shape, statistics.median(ordered), p90, stdev, len(ordered))
 
 
-CPU_FLUSH_MIN_BYTES = 64 << 20  # the CPU flush reads twice the largest cache Linux reports, and at least this
 COLD_BATCH = 25  # CUDA samples queued behind one spin kernel
 
 
@@ -56,29 +51,8 @@ def _enough(samples: list[float], started: float, plan: TimingPlan) -> bool:
     return len(samples) >= plan.min_runs and time.perf_counter() - started >= plan.min_seconds
 
 
-@functools.lru_cache(maxsize=None)
-def _reading_flush(size: int, device: str) -> Callable[[], None]:
-    """What evicts the cache without dirtying it: a sum over ``size`` bytes, its buffer made once a
-    process (the evaluator times every shape of every candidate with it)."""
-    import torch
-
-    words = torch.ones(size // 4, dtype=torch.int32, device=device)
-    return lambda: words.sum()
-
-
-def _host_cache_bytes() -> int:
-    """The largest cache of CPU 0 as Linux reports it (sysfs), or 0 where it does not."""
-    sizes = [0]
-    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-        text = entry.read_text().strip().upper()
-        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        digits = text.rstrip("KMG")
-        sizes.append(int(digits) * scale if digits.isdigit() else 0)
-    return max(sizes)
-
-
 def _cpu_flush() -> Callable[[], None]:
-    return _reading_flush(max(2 * _host_cache_bytes(), CPU_FLUSH_MIN_BYTES), "cpu")
+    return reading_flush("cpu")
 
 
 def _cpu_samples(run: Callable[[], None], plan: TimingPlan, flush: Callable[[], None] | None = None) -> list[float]:
@@ -154,7 +128,7 @@ def _cuda_cold_samples(run: Callable[[], None], plan: TimingPlan) -> list[float]
     import torch
 
     properties = torch.cuda.get_device_properties(torch.cuda.current_device())
-    flush = _reading_flush(2 * max(properties.L2_cache_size, 1 << 20), "cuda")
+    flush = reading_flush("cuda")
     for _ in range(max(1, plan.warmup)):
         flush()
         run()

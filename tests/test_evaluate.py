@@ -43,6 +43,24 @@ def test_cold_cache_timing_flushes_the_cache_before_every_timed_run(monkeypatch,
     assert ("flush" in calls) == cold
 
 
+@pytest.mark.parametrize("sizes, expected", [
+    ({"index0": "48K", "index2": "2048K", "index3": "32768K"}, 32 << 20),
+    ({"index0": "1M", "index3": "4194304"}, 4 << 20),  # sysfs may give bytes with no suffix
+    ({"index0": "junk"}, 0),
+    ({}, 0),
+])
+def test_the_flush_reads_twice_the_largest_cache_sysfs_reports(tmp_path, sizes, expected):
+    from fitness import _flush
+
+    for index, text in sizes.items():
+        (tmp_path / index).mkdir()
+        (tmp_path / index / "size").write_text(text + "\n")
+    assert _flush.host_cache_bytes(tmp_path) == expected
+    assert _flush.flush_bytes("cpu") >= _flush.MIN_FLUSH_BYTES
+    with pytest.raises(ValueError, match="device"):
+        _flush.flush_bytes("tpu")
+
+
 @pytest.mark.parametrize("mode, fragment", [
     ("wrong", "max abs error"),
     ("nan", "NaN/Inf"),
