@@ -5,7 +5,7 @@ import pytest
 
 from fitness import BuildConfig, Builder, EvalConfig, Evaluator, Status, screen
 from seeds import get_family, shape
-from seeds.vit_gemm.spec import block_m, shared_bytes
+from seeds.vit_gemm.launch import block_m, shared_bytes
 from tests.sampling import covering_sample
 
 FAMILY = get_family("vit_gemm")

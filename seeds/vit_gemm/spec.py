@@ -12,12 +12,13 @@ path as knobs (see vit_gemm.cu's header).
 
 from __future__ import annotations
 
-import ctypes
 from pathlib import Path
 
 from kernel_genome import Boolean, Choice, Constraint, IntRange, PowerOfTwo, Space
 from seeds._family import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance, shape
 from seeds._wgmma import wgmma_wrapper
+from seeds.vit_gemm import problem
+from seeds.vit_gemm.launch import Launcher, shared_bytes, wg_rows
 
 HERE = Path(__file__).parent
 SOURCES = tuple(HERE / name for name in ("vit_gemm_parts.cuh", "vit_gemm_table.cuh", "vit_gemm_epilogue.cuh",
@@ -33,47 +34,6 @@ SCHEDULES = ("cooperative", "pingpong")
 RASTERS = ("along_n", "along_m")
 TILE_SYNCS = ("syncthreads", "local")
 EPILOGUE_READS = ("fragment", "rowwise")
-ROWWISE_STRIDE = 64 + 8  # floats a row of the fp32 staging (ROWWISE_STRIDE in vit_gemm_parts.cuh)
-
-
-def wg_rows(g) -> int:
-    """Rows of C one consumer warpgroup owns."""
-    return 64 * g["m_tiles"]
-
-
-def block_m(g) -> int:
-    """Rows of a tile: the consumers share one (cooperative) or each has its own (ping-pong)."""
-    return wg_rows(g) * (g["consumers"] if g["schedule"] == "cooperative" else 1)
-
-
-def stage_bytes(g) -> int:
-    """One stage of the ring: a 64-deep slice of A (block_m rows) and of W (block_n rows), bf16."""
-    return (block_m(g) + g["block_n"]) * 64 * 2
-
-
-def staging_bytes(g) -> int:
-    """Every consumer's staging: with the folded table its whole share of the tile (wg_rows x block_n
-    fp16/bf16), the row-wise epilogue's fp32 chunk (wg_rows x ROWWISE_STRIDE), or the TMA store's
-    epi_depth slots of wg_rows x 64 bf16, or nothing."""
-    if g["folded_table"]:
-        return g["consumers"] * wg_rows(g) * g["block_n"] * 2
-    if g["epilogue_reads"] == "rowwise":
-        return g["consumers"] * wg_rows(g) * ROWWISE_STRIDE * 4
-    return g["consumers"] * g["epi_depth"] * wg_rows(g) * 64 * 2 if g["store"] == "tma" else 0
-
-
-def prefetch_bytes(g) -> int:
-    """The prefetched pos: prefetch_buffers 64-column chunks of fp32 a consumer (twice, by TMA: the
-    rows past the last patch land in a second buffer)."""
-    if not g["operand_prefetch"]:
-        return 0
-    return g["consumers"] * g["prefetch_buffers"] * wg_rows(g) * 64 * 4 * (2 if g["pos_tma"] else 1)
-
-
-def shared_bytes(g) -> int:
-    """Dynamic shared memory of a block; mirrors SHARED_BYTES in vit_gemm_parts.cuh."""
-    barriers = (2 * g["stages"] + 2 * g["consumers"] * (g["prefetch_buffers"] + g["folded_table"])) * 8
-    return g["stages"] * stage_bytes(g) + staging_bytes(g) + prefetch_bytes(g) + barriers + 1024
 
 
 def launch_registers(g) -> int:
@@ -99,14 +59,6 @@ def operand_registers(g) -> int:
         return 0
     one = 4 + wg_rows(g) // 8 * 4 if g["epilogue_reads"] == "rowwise" else 16 + 32 * g["m_tiles"]
     return one * (2 if g["operands_ahead"] else 1)
-
-
-def folded_table(g, s: ProblemShape, device):
-    """The fp16 table of bias + pos that vit_gemm_table fills every launch: P + wg_rows - 1 rows (row r
-    holds patch r % P), so that a consumer's rows from any patch are one box of consecutive rows."""
-    import torch
-
-    return torch.empty(s["p"] + wg_rows(g) - 1, s["n"], device=device, dtype=torch.float16)
 
 
 def _implies(condition: bool, consequence: bool) -> bool:
@@ -263,17 +215,8 @@ class VitGemm(KernelFamily):
             raise ValueError("vit_gemm needs M = batch * patches")
 
     def make_inputs(self, shape: ProblemShape, generator):
-        import torch
-
         self.check_shape(shape)
-        m, n, k, p = shape["m"], shape["n"], shape["k"], shape["p"]
-        options = dict(generator=generator, device="cuda")
-        a = torch.randn(m, k, **options).to(torch.bfloat16)
-        w = (torch.randn(n, k, **options) / k ** 0.5).to(torch.bfloat16)
-        bias = torch.randn(n, **options)
-        pos = torch.randn(p, n, **options)
-        # the eager anchors add bias and pos as a model keeping its parameters in bf16 would
-        return a, w, bias, pos, bias.to(torch.bfloat16), pos.to(torch.bfloat16)
+        return problem.random_inputs(shape, generator)
 
     def make_output(self, shape: ProblemShape):
         import torch
@@ -281,69 +224,20 @@ class VitGemm(KernelFamily):
         return torch.empty(shape["m"], shape["n"], device="cuda", dtype=torch.bfloat16)
 
     def reference(self, shape: ProblemShape, inputs):
-        a, w, bias, pos = inputs[:4]
-        out = a.float() @ w.float().t() + bias
-        return (out.view(-1, shape["p"], shape["n"]) + pos).view(shape["m"], shape["n"])
+        return problem.reference(shape, inputs)
 
-    kernel_name = "vit_gemm"  # the kernel; its module's `<kernel_name>_shared_bytes` is the plan it was built with
-
-    def planned_shared_bytes(self, genome) -> int:
-        return shared_bytes(genome)
-
-    def resident_blocks(self, kernel, g, shared: int) -> int:
-        """Blocks of this genome the GPU runs at once: a persistent grid's size."""
-        if g["cluster"] > 1:  # the clusters that fit at once (SMs pair up within a GPC only)
-            return kernel.max_active_clusters(g["cluster"], 128 * (g["consumers"] + 1), shared) * g["cluster"]
-        from seeds._cuda import multiprocessors
-
-        return multiprocessors() * g["blocks_per_sm"]
+    export_template = HERE / "export_template.py.in"
+    export_files = (("vit_gemm_launch.py", HERE / "launch.py"), ("vit_gemm_problem.py", HERE / "problem.py"),
+                    ("evo_cuda.py", HERE.parent / "_cuda.py"))
 
     def load(self, artifact: Path, genome):
-        """(kernel, knobs, its tensor maps by buffers, resident blocks), after checking that the
-        kernel plans the shared memory the spec sizes."""
+        """The genome's Launcher, after checking that the kernel plans the shared memory the spec sizes."""
         from seeds._cuda import CudaModule
 
-        planned = self.planned_shared_bytes(genome)
-        kernel = CudaModule(artifact).sized_kernel(self.kernel_name, f"{self.kernel_name}_shared_bytes", planned,
-                                                   f"{self.kernel_name}.cu")
-        g = genome.as_dict()
-        return kernel, g, {}, self.resident_blocks(kernel, g, planned)
+        return Launcher(CudaModule(artifact), genome.as_dict())
 
-    def launch(self, kernel, shape: ProblemShape, inputs, output) -> None:
-        from seeds._cuda import matrix_map, multiprocessors, ptr
-
-        function, g, maps, resident = kernel
-        a, w, bias, pos = inputs[:4]
-        m, n, k = shape["m"], shape["n"], shape["k"]
-        if g["pos_tma"] and shape["p"] < wg_rows(g):
-            raise ValueError(f"pos_tma brings a consumer's {wg_rows(g)} rows of pos in at most two boxes: it needs "
-                             f"P >= {wg_rows(g)}, not {shape['p']}")
-        key = (a.data_ptr(), w.data_ptr(), bias.data_ptr(), pos.data_ptr(), output.data_ptr(), m, n, k, shape["p"])
-        if key not in maps:  # encoding a tensor map is host work: once per set of buffers
-            maps.clear()
-            if g["folded_table"]:  # the 4th map is the table's; its prepass runs every launch
-                table, prepass = folded_table(g, shape, pos.device), function.module.kernel("vit_gemm_table")
-                operand_map = matrix_map(table, 64, wg_rows(g), swizzled=True)
-            else:
-                table = prepass = None
-                operand_map = matrix_map(pos, 32, wg_rows(g), swizzled=True)
-            maps[key] = ((matrix_map(a, 64, block_m(g), swizzled=True),
-                          matrix_map(w, 64, g["block_n"] // g["cluster"], swizzled=True),
-                          matrix_map(output, 64, wg_rows(g), swizzled=True), operand_map), table, prepass)
-        tensor_maps, table, prepass = maps[key]
-        if prepass is not None:  # bias + pos folded into the fp16 table, every launch
-            quads = table.numel() // 4
-            prepass.launch((min(-(-quads // 256), 4 * multiprocessors()),), (256,),
-                           [ptr(bias), ptr(pos), ptr(table), ctypes.c_int(table.shape[0]), ctypes.c_int(n),
-                            ctypes.c_int(shape["p"])])
-        cluster = g["cluster"]
-        blocks = -(-m // (block_m(g) * cluster)) * -(-n // g["block_n"]) * cluster  # whole clusters
-        if g["persistent"]:
-            blocks = min(blocks, resident)
-        function.launch((blocks,), (128 * (g["consumers"] + 1),),
-                        [*tensor_maps, ptr(bias), ptr(pos), ptr(output), ctypes.c_int(m), ctypes.c_int(n),
-                         ctypes.c_int(k), ctypes.c_int(shape["p"])],
-                        shared_bytes=shared_bytes(g), programmatic=g["folded_table"])
+    def launch(self, kernel: Launcher, shape: ProblemShape, inputs, output) -> None:
+        kernel.launch(shape, *inputs[:4], output)
 
     def anchor(self, shape: ProblemShape, inputs):
         a, w = inputs[:2]
@@ -355,9 +249,7 @@ class VitGemm(KernelFamily):
 
     @staticmethod
     def _eager(shape: ProblemShape, inputs):
-        a, w, bias16, pos16 = inputs[0], inputs[1], inputs[4], inputs[5]
-        out = a @ w.t() + bias16
-        return (out.view(-1, shape["p"], shape["n"]) + pos16).view(shape["m"], shape["n"])
+        return problem.eager(shape, inputs)
 
     def _compiled(self, shape: ProblemShape, inputs):
         import torch

@@ -61,15 +61,16 @@ class VitGemmSm100(VitGemm):
                       DESC_BROADCAST=int(g["desc_broadcast"]))
         return sm100_recipe(SOURCE, macros)
 
-    kernel_name = "vit_gemm_sm100"
+    export_template, export_files = None, ()  # the Hopper family's module launches the Hopper kernel
 
-    def planned_shared_bytes(self, genome) -> int:
-        return shared_bytes(genome)
+    def load(self, artifact: Path, genome):
+        """(kernel, knobs, its tensor maps by buffers, resident blocks: one an SM), after checking that
+        the kernel plans the shared memory the spec sizes."""
+        from seeds._cuda import CudaModule, multiprocessors
 
-    def resident_blocks(self, kernel, g, shared: int) -> int:
-        from seeds._cuda import multiprocessors
-
-        return multiprocessors()  # one block an SM
+        kernel = CudaModule(artifact).sized_kernel("vit_gemm_sm100", "vit_gemm_sm100_shared_bytes",
+                                                   shared_bytes(genome), "vit_gemm_sm100.cu")
+        return kernel, genome.as_dict(), {}, multiprocessors()
 
     def launch(self, kernel, shape, inputs, output) -> None:
         from seeds._cuda import matrix_map, ptr

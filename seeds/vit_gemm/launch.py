@@ -1,0 +1,125 @@
+"""How vit_gemm's kernel of one genome is launched: shared memory, the grid (one block a tile, or a
+persistent grid of the blocks that fit at once), the tensor maps and the folded bias + pos table.
+
+Needs torch and cuda.bindings, never the rest of evo: `evo export` copies this file beside an exported
+kernel as vit_gemm_launch.py (and seeds/_cuda.py as evo_cuda.py), so the package launches the kernel
+exactly as the search timed it. ``g`` is a genome or its dict, ``s`` a shape with m, n, k and p (a
+ProblemShape or a plain dict).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Mapping
+
+if __package__:  # seeds.vit_gemm.launch, inside evo
+    from seeds._cuda import matrix_map, multiprocessors, ptr
+else:  # an exported kernel's vit_gemm_launch.py, with evo_cuda.py beside it
+    from evo_cuda import matrix_map, multiprocessors, ptr
+
+ROWWISE_STRIDE = 64 + 8  # floats a row of the fp32 staging (ROWWISE_STRIDE in vit_gemm_parts.cuh)
+
+
+def wg_rows(g) -> int:
+    """Rows of C one consumer warpgroup owns."""
+    return 64 * g["m_tiles"]
+
+
+def block_m(g) -> int:
+    """Rows of a tile: the consumers share one (cooperative) or each has its own (ping-pong)."""
+    return wg_rows(g) * (g["consumers"] if g["schedule"] == "cooperative" else 1)
+
+
+def threads(g) -> int:
+    """Threads of a block: the producer warpgroup and the consumers."""
+    return 128 * (g["consumers"] + 1)
+
+
+def stage_bytes(g) -> int:
+    """One stage of the ring: a 64-deep slice of A (block_m rows) and of W (block_n rows), bf16."""
+    return (block_m(g) + g["block_n"]) * 64 * 2
+
+
+def staging_bytes(g) -> int:
+    """Every consumer's staging: with the folded table its whole share of the tile (wg_rows x block_n
+    fp16/bf16), the row-wise epilogue's fp32 chunk (wg_rows x ROWWISE_STRIDE), or the TMA store's
+    epi_depth slots of wg_rows x 64 bf16, or nothing."""
+    if g["folded_table"]:
+        return g["consumers"] * wg_rows(g) * g["block_n"] * 2
+    if g["epilogue_reads"] == "rowwise":
+        return g["consumers"] * wg_rows(g) * ROWWISE_STRIDE * 4
+    return g["consumers"] * g["epi_depth"] * wg_rows(g) * 64 * 2 if g["store"] == "tma" else 0
+
+
+def prefetch_bytes(g) -> int:
+    """The prefetched pos: prefetch_buffers 64-column chunks of fp32 a consumer (twice, by TMA: the
+    rows past the last patch land in a second buffer)."""
+    if not g["operand_prefetch"]:
+        return 0
+    return g["consumers"] * g["prefetch_buffers"] * wg_rows(g) * 64 * 4 * (2 if g["pos_tma"] else 1)
+
+
+def shared_bytes(g) -> int:
+    """Dynamic shared memory of a block; mirrors SHARED_BYTES in vit_gemm_parts.cuh."""
+    barriers = (2 * g["stages"] + 2 * g["consumers"] * (g["prefetch_buffers"] + g["folded_table"])) * 8
+    return g["stages"] * stage_bytes(g) + staging_bytes(g) + prefetch_bytes(g) + barriers + 1024
+
+
+def folded_table(g, s: Mapping, device):
+    """The fp16 table of bias + pos that vit_gemm_table fills every launch: P + wg_rows - 1 rows (row r
+    holds patch r % P), so that a consumer's rows from any patch are one box of consecutive rows."""
+    import torch
+
+    return torch.empty(s["p"] + wg_rows(g) - 1, s["n"], device=device, dtype=torch.float16)
+
+
+def blocks(g, s: Mapping, resident: int) -> int:
+    """Blocks of a launch: one a tile (whole clusters), or at most ``resident`` with a persistent grid."""
+    count = -(-s["m"] // (block_m(g) * g["cluster"])) * -(-s["n"] // g["block_n"]) * g["cluster"]
+    return min(count, resident) if g["persistent"] else count
+
+
+class Launcher:
+    """One genome's kernel, loaded from its cubin (a seeds/_cuda.py CudaModule), and what its launches
+    keep between calls: per stream the tensor maps of the last buffers and the folded table."""
+
+    def __init__(self, module, genome: Mapping) -> None:
+        self.genome = g = dict(genome)
+        self.kernel = module.sized_kernel("vit_gemm", "vit_gemm_shared_bytes", shared_bytes(g), "vit_gemm.cu")
+        self.table_kernel = module.kernel("vit_gemm_table") if g["folded_table"] else None
+        if g["cluster"] > 1:  # the clusters that fit at once (SMs pair up within a GPC only)
+            self.resident = self.kernel.max_active_clusters(g["cluster"], threads(g), shared_bytes(g)) * g["cluster"]
+        else:
+            self.resident = multiprocessors() * g["blocks_per_sm"]
+        self.kept: dict[Any, Any] = {}
+
+    def launch(self, s: Mapping, a, w, bias, pos, output) -> None:
+        """output [M, N] bf16 = a [M, K] bf16 @ w [N, K]^T + bias [N] fp32 + pos [P, N] fp32 (row
+        b * P + p adds pos[p]); contiguous CUDA tensors, on torch's current stream."""
+        import torch
+
+        g = self.genome
+        m, n, k, p = s["m"], s["n"], s["k"], s["p"]
+        if g["pos_tma"] and p < wg_rows(g):
+            raise ValueError(f"pos_tma brings a consumer's {wg_rows(g)} rows of pos in at most two boxes: it needs "
+                             f"P >= {wg_rows(g)}, not {p}")
+        stream = torch.cuda.current_stream().cuda_stream
+        key = (a.data_ptr(), w.data_ptr(), bias.data_ptr(), pos.data_ptr(), output.data_ptr(), m, n, k, p)
+        if self.kept.get(stream, (None,))[0] != key:  # encoding a tensor map is host work: once per set of buffers
+            table = folded_table(g, s, pos.device) if g["folded_table"] else None  # its prepass runs every launch
+            operand_map = (matrix_map(table, 64, wg_rows(g), swizzled=True) if table is not None
+                           else matrix_map(pos, 32, wg_rows(g), swizzled=True))
+            maps = (matrix_map(a, 64, block_m(g), swizzled=True),
+                    matrix_map(w, 64, g["block_n"] // g["cluster"], swizzled=True),
+                    matrix_map(output, 64, wg_rows(g), swizzled=True), operand_map)
+            self.kept[stream] = key, maps, table
+        _, maps, table = self.kept[stream]
+        if table is not None:  # bias + pos folded into the fp16 table, every launch
+            quads = table.numel() // 4
+            self.table_kernel.launch((min(-(-quads // 256), 4 * multiprocessors()),), (256,),
+                                     [ptr(bias), ptr(pos), ptr(table), ctypes.c_int(table.shape[0]),
+                                      ctypes.c_int(n), ctypes.c_int(p)])
+        self.kernel.launch((blocks(g, s, self.resident),), (threads(g),),
+                           [*maps, ptr(bias), ptr(pos), ptr(output), ctypes.c_int(m), ctypes.c_int(n),
+                            ctypes.c_int(k), ctypes.c_int(p)],
+                           shared_bytes=shared_bytes(g), programmatic=g["folded_table"])
