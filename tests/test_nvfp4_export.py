@@ -5,30 +5,16 @@ verified by the evaluator, exported and self-checked in a fresh process on the G
 import json
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
-from db import Database, NewIndividual, Store, resolve_url
 from evo.cli import main
-from fitness import (BuildConfig, Builder, EvalConfig, EvalResult, Evaluator, ShapeCheck, ShapeTiming, Status,
-                     screen)
+from fitness import BuildConfig, Builder, EvalConfig, Evaluator, Status, screen
 from seeds import get_family
+from tests.exporting import recorded_pass, run_python, store_evaluation
 from tests.test_nvfp4_gemm import CLUSTER_L2, ONE_WARPGROUP, PRODUCER
 
 FAMILY = get_family("nvfp4_gemm")
-
-
-def _store(db, genome, result: EvalResult) -> None:
-    store = Store(Database(resolve_url(str(db))).open())
-    run = store.create_run(family="nvfp4_gemm", strategy="evolution", target=None, seed=0, config={})
-    ids = store.add_individuals(run, [NewIndividual(genome.id, genome.as_dict(), 0, "seed")])
-    store.record_evaluation(ids[genome.id], result)
-
-
-def _run(script: str, cwd, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout)
 
 
 @pytest.mark.nvcc
@@ -38,10 +24,7 @@ def test_the_package_holds_the_launcher_and_needs_no_evo(tmp_path):
     holds, that its launch plan is the family's, that it imports without evo and refuses bad input."""
     genome = CLUSTER_L2
     shapes = FAMILY.shapes
-    _store(tmp_path / "evo.db", genome, EvalResult(
-        genome.id, Status.OK, "", 50e-6, checks=tuple(ShapeCheck(s.name, True, 0.0, 0.0, 1) for s in shapes),
-        timings=tuple(ShapeTiming(s.name, 50e-6, 50e-6, 0.0, 10) for s in shapes),
-        anchor=tuple(ShapeTiming(s.name, 1e-3, 1e-3, 0.0, 10) for s in shapes)))
+    store_evaluation(tmp_path / "evo.db", "nvfp4_gemm", genome, recorded_pass(genome, shapes))
     out = tmp_path / "exported"
     assert main(["export", "1", "--db", str(tmp_path / "evo.db"), "--out", str(out)]) == 0
     module = f"nvfp4_gemm_{genome.id}"
@@ -55,7 +38,7 @@ def test_the_package_holds_the_launcher_and_needs_no_evo(tmp_path):
 
     fits = {2: 66, 4: 16, 8: 8}
     plans = {s.name: (grid(genome, s, splits(genome, s, 132, fits.__getitem__)), shared_bytes(genome)) for s in shapes}
-    done = _run(f"""
+    done = run_python(f"""
         import json, sys, torch
         sys.path.insert(0, {str(out)!r})
         import {module} as k, nvfp4_launch as plan
@@ -91,7 +74,7 @@ def test_exported_kernel_checks_itself_in_a_fresh_process(tmp_path, genome):
     result = Evaluator(FAMILY, EvalConfig(trials=1), tmp_path / "loaded").evaluate(
         genome, build, screen(build, recipe.output, FAMILY.screen_limits))
     assert result.status is Status.OK, result.message
-    _store(tmp_path / "evo.db", genome, result)
+    store_evaluation(tmp_path / "evo.db", "nvfp4_gemm", genome, result)
     out = tmp_path / "exported"
     assert main(["export", "1", "--db", str(tmp_path / "evo.db"), "--out", str(out)]) == 0
     check = subprocess.run([sys.executable, str(out / "selfcheck.py")], capture_output=True, text=True, cwd=tmp_path,
@@ -100,7 +83,7 @@ def test_exported_kernel_checks_itself_in_a_fresh_process(tmp_path, genome):
     assert check.returncode == 0 and "self-check passed" in check.stdout, check.stdout + check.stderr[-2000:]
     assert check.stdout.count(" ok") == len(FAMILY.shapes)
     assert check.stdout.count("anchor: bf16 cuBLAS on dequantised operands") == len(FAMILY.shapes)
-    done = _run(f"""
+    done = run_python(f"""
         import sys, torch
         sys.path.insert(0, {str(out)!r})
         import nvfp4_gemm_{genome.id} as k, nvfp4_formats as f
