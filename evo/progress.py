@@ -8,7 +8,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from evo.search import LoopState, SearchConfig, SearchOutcome
+from evo.search import LoopState, SearchConfig, SearchOutcome, status_counts
 from fitness import EvalResult, format_seconds
 from fitness.score import format_span
 from kernel_genome import Genome
@@ -53,7 +53,7 @@ class ConsoleReporter:
     def evaluated(self, state: LoopState, genome: Genome, result: EvalResult) -> None:
         done = f"{state.evaluations}" + (f"/{self.budget}" if self.budget else "")
         if self._live is not None:
-            self._live.update(Text(f"generation {state.generation}  evaluations {done}  failed {state.failures}  "
+            self._live.update(Text(f"generation {state.generation}  evaluations {done} ({status_counts(state.statuses)})  "
                                    + _best_line(state)))
             return
         outcome = format_seconds(result.fitness_s) if result.fitness_s is not None else result.status.value
@@ -68,7 +68,7 @@ class ConsoleReporter:
             self._live.stop()
             self._live = None
         table = Table(title=f"run {outcome.run_id}: {outcome.status.replace('_', ' ')}", show_header=False)
-        table.add_row("evaluations", f"{outcome.evaluations} ({outcome.failures} failed)")
+        table.add_row("evaluations", f"{outcome.evaluations} ({status_counts(outcome.statuses) or 'none'})")
         table.add_row("best time (mission shape)", format_seconds(outcome.best_fitness_s))
         table.add_row("anchor time", format_seconds(outcome.anchor_s))
         if outcome.best_fitness_s and outcome.anchor_s:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -105,6 +106,13 @@ class SearchOutcome:
     wall_s: float
     gated_genome: Genome | None = None  # the kernel that passed the hard gate (not always the fastest seen)
     gate_times_s: tuple[float, ...] = ()  # its times in the gate's rounds
+    statuses: dict = field(default_factory=dict)  # evaluations by status value
+
+
+def status_counts(statuses: dict) -> str:
+    """Evaluations by outcome, most common first (ties by name): "21 ok, 3 screened out"."""
+    ordered = sorted(statuses.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(f"{count} {status.replace('_', ' ')}" for status, count in ordered)
 
 
 class Reporter(Protocol):
@@ -122,6 +130,7 @@ class LoopState:
     submitted: int = 0
     evaluations: int = 0
     failures: int = 0
+    statuses: Counter = field(default_factory=Counter)  # evaluations by status value (ok, screened_out, ...)
     best_genome: Genome | None = None
     best_fitness_s: float | None = None
     target_s: float | None = None
@@ -312,6 +321,7 @@ class Search:
             self._set_anchor(run_id, pipeline.hardware)
         self.strategy.tell([Observation(genome, self._generation_of[genome.id], result.status.value, result.fitness_s)])
         self.state.evaluations += 1
+        self.state.statuses[result.status.value] += 1
         if result.status.failed:
             self.state.failures += 1
         else:
@@ -331,6 +341,7 @@ class Search:
 
     def _count(self, entry: HistoryEntry) -> None:
         self.state.evaluations += 1
+        self.state.statuses[entry.status] += 1
         if entry.fitness_s is None:
             self.state.failures += 1
             return
@@ -347,11 +358,13 @@ class Search:
         s = self.state
         gated, gate_times = self._gate_winner or (None, ())
         return SearchOutcome(run_id, status, exit_code, s.evaluations, s.failures, s.best_genome,
-                             s.best_fitness_s, s.target_s, s.anchor_s, time.monotonic() - s.started, gated, gate_times)
+                             s.best_fitness_s, s.target_s, s.anchor_s, time.monotonic() - s.started, gated, gate_times,
+                             dict(s.statuses))
 
 
 def _describe(outcome: SearchOutcome) -> str:
-    text = f"{outcome.evaluations} evaluations ({outcome.failures} failed); best {format_seconds(outcome.best_fitness_s)}"
+    text = (f"{outcome.evaluations} evaluations ({status_counts(outcome.statuses) or 'none'}); "
+            f"best {format_seconds(outcome.best_fitness_s)}")
     if outcome.target_s is not None:
         text += f", target {format_seconds(outcome.target_s)}"
     return text

@@ -52,6 +52,9 @@ def test_budget_40_with_an_unreachable_target(ray_session, tmp_path, capsys):
     assert statuses.get("ok", 0) >= 30
     generations = rows(db, "SELECT COUNT(DISTINCT generation) FROM individuals")[0][0]
     assert generations >= 4
+    # the summary counts the evaluations by outcome, as stored (a screened-out genome has not "failed")
+    summary = ", ".join(f"{n} {status.replace('_', ' ')}" for status, n in sorted(statuses.items(), key=lambda i: (-i[1], i[0])))
+    assert f"40 ({summary})" in capsys.readouterr().out
     check_store_invariants(db)
     (seed_time,), = rows(db, "SELECT fitness_s FROM evaluations JOIN individuals i ON i.id = individual_id "
                              "WHERE i.origin = 'seed'")
