@@ -17,7 +17,7 @@ nvfp4_dequantize_a(const unsigned char* a, const unsigned char* sfa, half* out, 
     asm volatile("griddepcontrol.launch_dependents;");
 #if TMA_LOADS
     // the run order (nvfp4_tma.cuh): a unit is a thread's run, BLOCK_K / 4 values (RUN_WORDS words) of a
-    // K tile; pair c of word w of run t goes to columns 32 w + 8 c + 2 t, + 1 of the tile
+    // K tile; pair c of word w of run t goes to columns run_column(w, c, t), + 1 of the tile
     const int runs = K / (BLOCK_K / 4);
     const size_t units = (size_t)L * M * runs, scale_bytes = scale_matrix_bytes(M, K, blocked);
     for (size_t unit = (size_t)blockIdx.x * blockDim.x + threadIdx.x; unit < units; unit += (size_t)gridDim.x * blockDim.x) {
@@ -32,7 +32,7 @@ nvfp4_dequantize_a(const unsigned char* a, const unsigned char* sfa, half* out, 
             uint32_t pairs[4];
             dequantize8(reinterpret_cast<const uint32_t*>(words)[w], scale_factor(scales[first + w / 2]), pairs);
 #pragma unroll
-            for (int c = 0; c < 4; ++c) to[(32 * w + 8 * c) / 2] = pairs[c];
+            for (int c = 0; c < 4; ++c) to[run_column(w, c, 0) / 2] = pairs[c];  // `to` is at run_column(0, 0, t)
         }
     }
 #else

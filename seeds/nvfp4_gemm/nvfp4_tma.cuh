@@ -6,6 +6,11 @@
 // prepass writes its copy in the same order.
 #if TMA_LOADS
 constexpr int RUN_WORDS = BLOCK_K / 32;  // words (8 values) of a thread's run; RUN_WORDS / 2 scales (1 if 2 words)
+// where the run order puts pair c (two values) of word w of run t in a K tile of a's fp16 copy: the four
+// runs' pairs c of word w make 16-byte chunk run_chunk(w, c) of the row (a's producer writes it whole),
+// run t's pair at columns run_column(w, c, t) and + 1 (a's prepass writes them so)
+__host__ __device__ constexpr int run_chunk(int w, int c) { return 4 * w + c; }
+__host__ __device__ constexpr int run_column(int w, int c, int t) { return 8 * run_chunk(w, c) + 2 * t; }
 
 // the e4m3 scales of a run times 2^7, each in both halves of an fp16 pair (scale_factor's form)
 __device__ __forceinline__ void run_factors(const unsigned char* scales, uint32_t (&factor)[RUN_WORDS / 2]) {
@@ -150,8 +155,8 @@ struct TmaStages {
 // instead of a first kernel writing that copy for every block to stream in. A thread owns one row
 // (two threads a row of a 64-row tile, each half of every run's words): it reads the row's packed
 // values and scales of a tile straight from global memory (the next tile's while it writes this
-// one), and writes whole 16-byte chunks: chunk 4 w + c of a row holds pair c of word w of its four
-// runs t = 0..3 (columns 32 w + 8 c + 2 t, + 1). Rows past M are zeros.
+// one), and writes whole 16-byte chunks: chunk run_chunk(w, c) of a row holds pair c of word w of its
+// four runs t = 0..3. Rows past M are zeros.
 struct AProducer {
     static constexpr int PER_ROW = PRODUCER_THREADS / BLOCK_M, WORDS = RUN_WORDS / PER_ROW;  // words of a run
     static_assert(PER_ROW * BLOCK_M == PRODUCER_THREADS && WORDS >= 1, "a row's runs split evenly");
@@ -213,7 +218,7 @@ struct AProducer {
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
                 const uint32_t chunk[4] = {pairs[0][c], pairs[1][c], pairs[2][c], pairs[3][c]};
-                store16(tile + chunk_offset(row, 4 * w + c, BLOCK_M), chunk);
+                store16(tile + chunk_offset(row, run_chunk(w, c), BLOCK_M), chunk);
             }
         }
     }
