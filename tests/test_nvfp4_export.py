@@ -3,15 +3,11 @@ maps) and the host formats, and runs without evo (packaging on the CPU with nvcc
 verified by the evaluator, exported and self-checked in a fresh process on the GPU)."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from evo.cli import main
-from fitness import BuildConfig, Builder, EvalConfig, Evaluator, Status, screen
 from seeds import get_family
-from tests.exporting import recorded_pass, run_python, store_evaluation
+from tests.exporting import assert_rebuilds, export_stored, export_verified, recorded_pass, run_standalone
 from tests.test_nvfp4_gemm import CLUSTER_L2, ONE_WARPGROUP, PRODUCER
 
 FAMILY = get_family("nvfp4_gemm")
@@ -24,9 +20,7 @@ def test_the_package_holds_the_launcher_and_needs_no_evo(tmp_path):
     holds, that its launch plan is the family's, that it imports without evo and refuses bad input."""
     genome = CLUSTER_L2
     shapes = FAMILY.shapes
-    store_evaluation(tmp_path / "evo.db", "nvfp4_gemm", genome, recorded_pass(genome, shapes))
-    out = tmp_path / "exported"
-    assert main(["export", "1", "--db", str(tmp_path / "evo.db"), "--out", str(out)]) == 0
+    out = export_stored(FAMILY, genome, recorded_pass(genome, shapes), tmp_path)
     module = f"nvfp4_gemm_{genome.id}"
     assert {p.name for p in out.iterdir()} == {"kernel.cu", "kernel.cubin", "build.sh", f"{module}.py",
                                                "metadata.json", "selfcheck.py", "nvfp4_launch.py",
@@ -38,9 +32,8 @@ def test_the_package_holds_the_launcher_and_needs_no_evo(tmp_path):
 
     fits = {2: 66, 4: 16, 8: 8}
     plans = {s.name: (grid(genome, s, splits(genome, s, 132, fits.__getitem__)), shared_bytes(genome)) for s in shapes}
-    done = run_python(f"""
-        import json, sys, torch
-        sys.path.insert(0, {str(out)!r})
+    shown = run_standalone(f"""
+        import json, torch
         import {module} as k, nvfp4_launch as plan
         metadata = json.load(open({str(out / "metadata.json")!r}))
         fits = {fits!r}
@@ -48,19 +41,12 @@ def test_the_package_holds_the_launcher_and_needs_no_evo(tmp_path):
                              plan.shared_bytes(k.GENOME)] for s in metadata["shapes"]}}
         print(json.dumps(got))
         a = torch.zeros(128, 1024, dtype=torch.uint8)
-        try:
-            k.gemm(a, a, torch.zeros(128, 128, dtype=torch.uint8), torch.zeros(128, 128, dtype=torch.uint8))
-        except ValueError as error:
-            print("refused:", error)
-        assert not any(m == "evo" or m.startswith(("evo.", "seeds", "fitness", "db.", "kernel_genome"))
-                       for m in sys.modules), "imported evo"
-        """, tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.splitlines()
+        refuses(k.gemm, (a, a, torch.zeros(128, 128, dtype=torch.uint8), torch.zeros(128, 128, dtype=torch.uint8)))
+        """, out, tmp_path, refusals=1)
+    lines = shown.splitlines()
     assert json.loads(lines[0]) == {name: [list(g), size] for name, (g, size) in plans.items()}
     assert lines[1] == "refused: a must be a uint8 CUDA tensor, got torch.uint8 on cpu"
-    rebuilt = subprocess.run(["sh", str(out / "build.sh")], capture_output=True, text=True, timeout=300)
-    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert_rebuilds(out)
 
 
 @pytest.mark.gpu
@@ -69,23 +55,10 @@ def test_exported_kernel_checks_itself_in_a_fresh_process(tmp_path, genome):
     """A genome the evaluator verified, exported: its self-check verifies every shape and times it against
     both anchors; its gemm() takes 2-D operands and either scale layout, runs three times in a row on a
     shape the search never saw, works as a custom op under torch.compile, and refuses bad operands."""
-    recipe = FAMILY.build_recipe(genome)
-    build = Builder(BuildConfig(tmp_path / "cache")).build(genome.id, recipe)
-    result = Evaluator(FAMILY, EvalConfig(trials=1), tmp_path / "loaded").evaluate(
-        genome, build, screen(build, recipe.output, FAMILY.screen_limits))
-    assert result.status is Status.OK, result.message
-    store_evaluation(tmp_path / "evo.db", "nvfp4_gemm", genome, result)
-    out = tmp_path / "exported"
-    assert main(["export", "1", "--db", str(tmp_path / "evo.db"), "--out", str(out)]) == 0
-    check = subprocess.run([sys.executable, str(out / "selfcheck.py")], capture_output=True, text=True, cwd=tmp_path,
-                           timeout=600)
-    print(check.stdout)
-    assert check.returncode == 0 and "self-check passed" in check.stdout, check.stdout + check.stderr[-2000:]
-    assert check.stdout.count(" ok") == len(FAMILY.shapes)
-    assert check.stdout.count("anchor: bf16 cuBLAS on dequantised operands") == len(FAMILY.shapes)
-    done = run_python(f"""
-        import sys, torch
-        sys.path.insert(0, {str(out)!r})
+    out, checked = export_verified(FAMILY, genome, tmp_path)
+    assert checked.count("anchor: bf16 cuBLAS on dequantised operands") == len(FAMILY.shapes)
+    run_standalone(f"""
+        import torch
         import nvfp4_gemm_{genome.id} as k, nvfp4_formats as f
         g = torch.Generator(device="cuda").manual_seed(5)
         a, sfa = f.random_operand(96, 1280, 1, g, "cuda")
@@ -103,14 +76,5 @@ def test_exported_kernel_checks_itself_in_a_fresh_process(tmp_path, genome):
         op = torch.ops.evo.nvfp4_gemm_{genome.id}
         compiled = torch.compile(lambda *t: op(*t, False).double() * 2, backend="aot_eager", fullgraph=True)
         assert close(compiled(a, b, sfa, sfb) / 2)
-        for bad in ((a[:, :100], b, sfa, sfb), (a, b[:, :-64], sfa, sfb), (a, b, sfa[:, :-1], sfb)):
-            try:
-                k.gemm(*bad)
-                raise SystemExit("accepted a bad operand")
-            except ValueError as error:
-                print("refused:", error)
-        print("standalone ok")
-        """, tmp_path)
-    print(done.stdout)
-    assert done.returncode == 0 and "standalone ok" in done.stdout, done.stdout + done.stderr[-3000:]
-    assert done.stdout.count("refused:") == 3
+        refuses(k.gemm, (a[:, :100], b, sfa, sfb), (a, b[:, :-64], sfa, sfb), (a, b, sfa[:, :-1], sfb))
+        """, out, tmp_path, refusals=3)
