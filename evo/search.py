@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from db import HistoryEntry, NewIndividual, ParentLink, Store
+from db import NewIndividual, ParentLink, Store
 from evo.strategies import Observation, Proposal, Strategy, make_strategy
 from fitness import BuildConfig, EvalConfig, EvalResult, Target, default_cache_dir, format_seconds, format_span
 from fitness.workers import Finished, Pipeline, PipelineConfig, start_ray
@@ -98,7 +98,6 @@ class SearchOutcome:
     status: str  # a run status: target_reached, budget_exhausted, ...
     exit_code: int
     evaluations: int
-    failures: int
     best_genome: Genome | None
     best_fitness_s: float | None
     target_s: float | None
@@ -129,7 +128,6 @@ class LoopState:
     generation: int = 0
     submitted: int = 0
     evaluations: int = 0
-    failures: int = 0
     statuses: Counter = field(default_factory=Counter)  # evaluations by status value (ok, screened_out, ...)
     best_genome: Genome | None = None
     best_fitness_s: float | None = None
@@ -177,7 +175,7 @@ class Search:
                 pending.append(genome)
             else:
                 finished.append(Observation(genome, entry.generation, entry.status, entry.fitness_s))
-                self._count(entry)
+                self._tally(genome, entry.status, entry.fitness_s)
         self.strategy.restore(finished, pending)
         for gate, individual in self.store.gates(run_id):
             self._gated.add(individual.genome_id)
@@ -320,14 +318,7 @@ class Search:
         if self.state.anchor_s is None and pipeline.hardware.get("anchor"):
             self._set_anchor(run_id, pipeline.hardware)
         self.strategy.tell([Observation(genome, self._generation_of[genome.id], result.status.value, result.fitness_s)])
-        self.state.evaluations += 1
-        self.state.statuses[result.status.value] += 1
-        if result.status.failed:
-            self.state.failures += 1
-        else:
-            self._correct.append((result.fitness_s, genome))
-            if self.state.best_fitness_s is None or result.fitness_s < self.state.best_fitness_s:
-                self.state.best_fitness_s, self.state.best_genome = result.fitness_s, genome
+        self._tally(genome, result.status.value, None if result.status.failed else result.fitness_s)
         self.reporter.evaluated(self.state, genome, result)
 
     def _set_anchor(self, run_id: int, hardware: dict) -> None:
@@ -339,16 +330,15 @@ class Search:
         info = {k: v for k, v in hardware.items() if k != "anchor"}
         self.store.update_run(run_id, hardware=info, anchor=anchor, target_seconds=self.state.target_s)
 
-    def _count(self, entry: HistoryEntry) -> None:
+    def _tally(self, genome: Genome, status: str, fitness_s: float | None) -> None:
+        """One evaluated genome in the loop's state: counted by status, and kept if it has a time (ok)."""
         self.state.evaluations += 1
-        self.state.statuses[entry.status] += 1
-        if entry.fitness_s is None:
-            self.state.failures += 1
+        self.state.statuses[status] += 1
+        if fitness_s is None:
             return
-        genome = self.family.space.genome(entry.genome)
-        self._correct.append((entry.fitness_s, genome))
-        if self.state.best_fitness_s is None or entry.fitness_s < self.state.best_fitness_s:
-            self.state.best_fitness_s, self.state.best_genome = entry.fitness_s, genome
+        self._correct.append((fitness_s, genome))
+        if self.state.best_fitness_s is None or fitness_s < self.state.best_fitness_s:
+            self.state.best_fitness_s, self.state.best_genome = fitness_s, genome
 
     def _outcome(self, run_id: int, status: str) -> SearchOutcome:
         exit_code = {"target_reached": EXIT_TARGET_REACHED, "space_exhausted": EXIT_SPACE_EXHAUSTED}.get(
@@ -357,7 +347,7 @@ class Search:
             exit_code = EXIT_TARGET_REACHED
         s = self.state
         gated, gate_times = self._gate_winner or (None, ())
-        return SearchOutcome(run_id, status, exit_code, s.evaluations, s.failures, s.best_genome,
+        return SearchOutcome(run_id, status, exit_code, s.evaluations, s.best_genome,
                              s.best_fitness_s, s.target_s, s.anchor_s, time.monotonic() - s.started, gated, gate_times,
                              dict(s.statuses))
 
