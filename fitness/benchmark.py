@@ -42,17 +42,13 @@ COLD_BATCH = 25  # CUDA samples queued behind one spin kernel
 def time_runs(run: Callable[[], None], device: str, plan: TimingPlan, shape: str, cold: bool = False) -> ShapeTiming:
     if device == "cuda":
         return summarize(shape, _cuda_cold_samples(run, plan) if cold else _cuda_samples(run, plan))
-    return summarize(shape, _cpu_samples(run, plan, _cpu_flush() if cold else None))
+    return summarize(shape, _cpu_samples(run, plan, reading_flush("cpu") if cold else None))
 
 
 def _enough(samples: list[float], started: float, plan: TimingPlan) -> bool:
     if len(samples) >= plan.max_runs:
         return True
     return len(samples) >= plan.min_runs and time.perf_counter() - started >= plan.min_seconds
-
-
-def _cpu_flush() -> Callable[[], None]:
-    return reading_flush("cpu")
 
 
 def _cpu_samples(run: Callable[[], None], plan: TimingPlan, flush: Callable[[], None] | None = None) -> list[float]:

@@ -32,7 +32,7 @@ def test_cold_cache_timing_flushes_the_cache_before_every_timed_run(monkeypatch,
     from seeds import TimingPlan
 
     calls = []
-    monkeypatch.setattr(benchmark, "_cpu_flush", lambda: lambda: calls.append("flush"))
+    monkeypatch.setattr(benchmark, "reading_flush", lambda device: lambda: calls.append("flush"))
     timing = benchmark.time_runs(lambda: calls.append("run"), "cpu", TimingPlan(2, 5, 5, 0.0), "s", cold=cold)
     assert timing.runs == 5
     assert calls == ["run"] * 2 + (["flush", "run"] if cold else ["run"]) * 5
