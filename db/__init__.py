@@ -1,12 +1,13 @@
 """db: SQLAlchemy models, sessions, Alembic migrations, and the store the search writes to."""
 
 from db.session import Database, SchemaError, is_sqlite_file, resolve_url, safe_url
-from db.store import EvaluationRow, HistoryEntry, NewIndividual, ParentLink, RunInfo, Store
+from db.store import EvaluationRow, HistoryEntry, MeasurementRow, NewIndividual, ParentLink, RunInfo, Store
 
 __all__ = [
     "Database",
     "EvaluationRow",
     "HistoryEntry",
+    "MeasurementRow",
     "NewIndividual",
     "ParentLink",
     "RunInfo",

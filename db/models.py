@@ -88,8 +88,32 @@ class Evaluation(Base):
     individual: Mapped[Individual] = relationship(back_populates="evaluation")
 
 
+class ShapeMeasurement(Base):
+    """One timed shape of one evaluation, with the anchor timed at that shape in the same process.
+    ``complete`` False: cut short after one sample above the plan's cutoff (and not verified there)."""
+
+    __tablename__ = "shape_measurements"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    individual_id: Mapped[int] = mapped_column(ForeignKey("individuals.id", ondelete="CASCADE"), index=True)
+    evaluation_id: Mapped[int] = mapped_column(ForeignKey("evaluations.id", ondelete="CASCADE"))
+    shape: Mapped[str] = mapped_column(String(200))
+    dims: Mapped[dict | None] = mapped_column(JSON)
+    median_s: Mapped[float] = mapped_column(Float)
+    p90_s: Mapped[float] = mapped_column(Float)
+    stdev_s: Mapped[float] = mapped_column(Float)
+    runs: Mapped[int] = mapped_column(Integer)
+    complete: Mapped[bool] = mapped_column(Boolean)
+    verified: Mapped[bool] = mapped_column(Boolean)
+    max_abs_error: Mapped[float | None] = mapped_column(Float)
+    anchor_s: Mapped[float | None] = mapped_column(Float)
+    anchor_p90_s: Mapped[float | None] = mapped_column(Float)
+
+
 class GateCheck(Base):
-    """The hard gate run on a kernel that met the target: re-verified and re-timed N times."""
+    """The hard gate run on a kernel that met the target: re-verified and re-timed N times. Without any
+    target (``target_s`` null) it is a workload winner's confirmation, re-timed beside the anchor."""
 
     __tablename__ = "gate_checks"
 
@@ -97,7 +121,8 @@ class GateCheck(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     individual_id: Mapped[int] = mapped_column(ForeignKey("individuals.id", ondelete="CASCADE"))
     passed: Mapped[bool] = mapped_column(Boolean)
-    target_s: Mapped[float] = mapped_column(Float)
-    rounds: Mapped[list] = mapped_column(JSON)  # per round: verified, mission_s, message
+    target_s: Mapped[float | None] = mapped_column(Float)  # the first shape's limit
+    rounds: Mapped[list] = mapped_column(JSON)  # per round: verified, mission_s, message, times, anchor_times
     message: Mapped[str] = mapped_column(Text, default="")
+    targets: Mapped[list | None] = mapped_column(JSON)  # [shape, limit or null] for every gated shape
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from sqlalchemy import func, select
 
-from db.models import Evaluation, GateCheck, Individual, LineageEdge, Run, utcnow
+from db.models import Evaluation, GateCheck, Individual, LineageEdge, Run, ShapeMeasurement, utcnow
 from db.session import Database
 from fitness.records import EvalResult, GateResult, Status, to_jsonable
 
@@ -62,6 +62,23 @@ class EvaluationRow:
     fitness_s: float | None
     message: str
     finished_at: datetime
+
+
+@dataclass(frozen=True)
+class MeasurementRow:
+    """One timed shape of an evaluated individual (ok evaluations only), the anchor timed beside it."""
+
+    individual_id: int
+    genome_id: str
+    genome: dict
+    shape: str
+    dims: dict | None
+    median_s: float
+    p90_s: float
+    runs: int
+    complete: bool  # False: cut short after one sample, above the cutoff (never the best there)
+    verified: bool
+    anchor_s: float | None
 
 
 @dataclass(frozen=True)
@@ -171,21 +188,47 @@ class Store:
             return [EvaluationRow(i.id, i.genome_id, i.genome, i.generation, i.origin, e.status, e.fitness_s,
                                   e.message, e.created_at) for i, e in rows]
 
-    def record_evaluation(self, individual_id: int, result: EvalResult) -> None:
+    def record_evaluation(self, individual_id: int, result: EvalResult, dims: dict | None = None) -> None:
+        """The evaluation and, when it is ok, a measurement row for each shape it timed (``dims``: shape
+        name -> its dimensions, stored beside each)."""
         with self.database.session() as s:
-            s.add(Evaluation(
+            evaluation = Evaluation(
                 individual_id=individual_id, status=result.status.value, message=result.message,
                 fitness_s=result.fitness_s if result.status is Status.OK else None,
                 build_s=result.stages.build, screen_s=result.stages.screen, verify_s=result.stages.verify,
                 benchmark_s=result.stages.benchmark,
                 build_stats=to_jsonable(result.usage) if result.usage else None,
                 checks=to_jsonable(result.checks), timings=to_jsonable(result.timings),
-                anchor=to_jsonable(result.anchor), artifact_key=result.artifact_key, worker=result.worker))
+                anchor=to_jsonable(result.anchor), artifact_key=result.artifact_key, worker=result.worker)
+            s.add(evaluation)
+            if result.status is not Status.OK or not result.timings:
+                return
+            s.flush()
+            run_id = s.get(Individual, individual_id).run_id
+            checks = {c.shape: c for c in result.checks}
+            for t in result.timings:
+                check, anchor = checks.get(t.shape), result.anchor_timing(t.shape)
+                s.add(ShapeMeasurement(
+                    run_id=run_id, individual_id=individual_id, evaluation_id=evaluation.id, shape=t.shape,
+                    dims=(dims or {}).get(t.shape), median_s=t.median_s, p90_s=t.p90_s, stdev_s=t.stdev_s,
+                    runs=t.runs, complete=not t.cut_short, verified=bool(check and check.passed),
+                    max_abs_error=check.max_abs_error if check else None,
+                    anchor_s=anchor.median_s if anchor else None, anchor_p90_s=anchor.p90_s if anchor else None))
+
+    def measurements(self, run_id: int) -> list[MeasurementRow]:
+        """Every timed shape of the run's ok evaluations, in the order they were recorded."""
+        with self.database.session() as s:
+            rows = s.execute(select(ShapeMeasurement, Individual).join(Individual, ShapeMeasurement.individual_id
+                                                                        == Individual.id)
+                             .where(ShapeMeasurement.run_id == run_id).order_by(ShapeMeasurement.id)).all()
+            return [MeasurementRow(m.individual_id, i.genome_id, i.genome, m.shape, m.dims, m.median_s, m.p90_s,
+                                   m.runs, m.complete, m.verified, m.anchor_s) for m, i in rows]
 
     def record_gate(self, run_id: int, individual_id: int, result: GateResult) -> None:
         with self.database.session() as s:
             s.add(GateCheck(run_id=run_id, individual_id=individual_id, passed=result.passed,
-                            target_s=result.target_s, rounds=to_jsonable(result.rounds), message=result.message))
+                            target_s=result.target_s, rounds=to_jsonable(result.rounds), message=result.message,
+                            targets=to_jsonable(result.targets)))
 
     def gates(self, run_id: int) -> list[tuple[GateCheck, Individual]]:
         """Every hard gate run in this run, oldest first, with the individual it judged."""

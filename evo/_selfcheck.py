@@ -1,15 +1,19 @@
-"""Self-check of an exported evo kernel: re-verify on every shape, re-time against the anchor.
+"""Self-check of an exported evo kernel or workload op: re-verify every shape, re-time it against the anchor.
 
-    python selfcheck.py            # exit 0: every shape within tolerance; 1: a check failed
+    python selfcheck.py            # exit 0: every shape within tolerance (an op: and never slower); 1: not
     python selfcheck.py --cold-cache   # time each call after flushing the cache (--no-cold-cache: warm)
 
-The anchor is the family's (metadata's anchor_name); a module may name other implementations to
-compare with in OTHER_ANCHORS (name -> callable like its anchor), each timed and printed below it.
+A single kernel's package: every shape of its family, the kernel against the family's anchor (and the
+module's OTHER_ANCHORS, each printed below it). A workload's op: every workload shape, the op as a user
+calls it against PyTorch's own computation of the same result (what the op falls back to), the two timed
+in turns sample by sample; a shape where the op's time over PyTorch's, pair by pair, is above
+1 + SLOWER_BEYOND beyond the timing's noise (the lower 95% confidence bound of its median above it) fails,
+as a wrong result does.
 
-Standalone: imports torch and the files beside it (the exported module; ``evo_flush.py``, the
-cache flush evo's timing uses), never evo. Fresh random inputs per shape; the output is poisoned
-(NaN) before the kernel runs, so an unwritten element fails; the kernel and the anchor are timed the same way in this process, with cold caches when the
-search timed that way (metadata's ``cold_cache``) unless a flag says otherwise.
+Standalone: imports torch and the files beside it (the exported module; ``evo_flush.py``, the cache flush
+evo's timing uses), never evo. Fresh random inputs per shape; the output is poisoned (NaN) before the op
+writes it, so an unwritten element fails; everything is timed the same way in this process, with cold
+caches when the search timed that way (metadata's ``cold_cache``) unless a flag says otherwise.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
+SLOWER_BEYOND = 0.02  # the op may be this much slower than the anchor (timing noise) before it fails
 
 
 def _replay(run, burst: int):
@@ -78,15 +83,20 @@ def _time_cold(run, device: str, samples: int = 50) -> float:
     return statistics.median(begin.elapsed_time(end) * 1e-3 for begin, end in events)
 
 
-def _time(run, device: str, samples: int = 15, burst: int = 50) -> float:
-    """Median seconds per call: CUDA events around replays of a graph of ``burst`` calls (as evo
-    times), or perf_counter per call on the CPU."""
+def _time(run, device: str, samples: int = 15) -> float:
+    """Median seconds per call: CUDA events around replays of a graph of back-to-back calls lasting at
+    least 500 us (as evo times), or perf_counter per call on the CPU."""
     for _ in range(3):
         run()
     values = []
     if device == "cuda":
-        replay = _replay(run, burst)
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        run()
+        end.record()
+        end.synchronize()
+        burst = max(2, min(500, math.ceil(500e-6 / max(begin.elapsed_time(end) * 1e-3, 1e-7))))
+        replay = _replay(run, burst)
         for _ in range(samples):
             begin.record()
             replay()
@@ -101,6 +111,154 @@ def _time(run, device: str, samples: int = 15, burst: int = 50) -> float:
     return statistics.median(values)
 
 
+def _paired(op, anchor, device: str, cold: bool, samples: int = 40) -> tuple[float, float, float, float]:
+    """The op and the anchor timed in turns, sample by sample (which goes first alternates), so that a
+    drift of the clocks or a busy neighbour touches both alike: (op's median, anchor's median, the median
+    of the op's time over the anchor's, pair by pair, and that median's lower 95% confidence bound, from the
+    order statistics of the ratios). Each sample: on CUDA a replay of a graph of calls
+    lasting at least 500 us between events, or with cold caches one call after the flush; on the CPU one
+    call (after the flush, cold)."""
+    flush = None
+    if cold:
+        from evo_flush import reading_flush  # evo's fitness/_flush.py, shipped beside this file
+
+        flush = reading_flush(device)
+    runs = [op, anchor]
+    for run in runs * 3:
+        run()
+    pairs: list[list[float]] = []
+    if device == "cuda":
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        burst = 1
+        if not cold:
+            singles = []
+            for run in runs:
+                begin.record()
+                run()
+                end.record()
+                end.synchronize()
+                singles.append(begin.elapsed_time(end) * 1e-3)
+            burst = max(2, min(500, math.ceil(500e-6 / max(min(singles), 1e-7))))
+            runs = [_replay(run, burst) for run in runs]
+        for number in range(samples):
+            pair = [0.0, 0.0]
+            for index in (0, 1) if number % 2 == 0 else (1, 0):
+                if flush is not None:
+                    flush()
+                begin.record()
+                runs[index]()
+                end.record()
+                end.synchronize()
+                pair[index] = begin.elapsed_time(end) * 1e-3 / burst
+            pairs.append(pair)
+    else:
+        for number in range(samples):
+            pair = [0.0, 0.0]
+            for index in (0, 1) if number % 2 == 0 else (1, 0):
+                if flush is not None:
+                    flush()
+                start = time.perf_counter()
+                runs[index]()
+                pair[index] = time.perf_counter() - start
+            pairs.append(pair)
+    ratios = sorted(p[0] / p[1] for p in pairs)
+    low = ratios[max(0, int(len(ratios) / 2 - 1.96 * math.sqrt(len(ratios)) / 2))]  # the median's 95% bound
+    return statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs), statistics.median(ratios), low
+
+
+def _verify(kernel, shape: dict, inputs, tolerance: dict) -> tuple[bool, float, float]:
+    """(passes, max abs error, relative L2 error): the op written into a poisoned output, and the op as
+    called, against the reference."""
+    out = kernel.make_output(shape)
+    out.fill_(float("nan"))
+    kernel.launch(shape, inputs, out)
+    outputs = [out]
+    if hasattr(kernel, "run"):
+        outputs.append(kernel.run(shape, inputs).reshape(out.shape))
+    if kernel.DEVICE == "cuda":
+        torch.cuda.synchronize()
+    reference = kernel.reference(shape, inputs).to(torch.float64)
+    ok, worst_abs, worst_rel = True, 0.0, 0.0
+    for got in outputs:
+        difference = got.to(torch.float64) - reference
+        max_abs = difference.abs().max().item()
+        rel_l2 = (difference.norm() / reference.norm().clamp_min(1e-30)).item()
+        # as evo verifies: every |out - ref| <= max_abs + rtol |ref| (rtol 0 in exports that predate it)
+        beyond = int((difference.abs() > tolerance["max_abs"] + tolerance.get("rtol", 0.0) * reference.abs()).sum())
+        ok &= math.isfinite(max_abs) and beyond == 0 and rel_l2 <= tolerance["max_rel_l2"]
+        worst_abs = max(worst_abs, max_abs) if math.isfinite(max_abs) else math.inf  # NaN: never written
+        worst_rel = max(worst_rel, rel_l2) if math.isfinite(rel_l2) else math.inf
+    return ok, worst_abs, worst_rel
+
+
+def _inputs(kernel, shape: dict, index: int):
+    generator = torch.Generator(device=kernel.DEVICE)
+    generator.manual_seed(int(time.time_ns() % (1 << 62)) + index)
+    return kernel.make_inputs(shape, generator)
+
+
+def _check_kernel(kernel, metadata: dict, timer) -> bool:
+    """A single kernel: every shape verified, then timed against the anchor and the other anchors."""
+    tolerance, failed = metadata["tolerance"], False
+    width = max([10] + [len(shape["name"]) for shape in metadata["shapes"]])
+    print(f"{'shape':>{width}} {'max abs err':>12} {'rel L2 err':>11} {'kernel':>11} {'anchor':>11} {'speedup':>8}  "
+          "verdict")
+    for index, shape in enumerate(metadata["shapes"]):
+        inputs = _inputs(kernel, shape, index)
+        ok, max_abs, rel_l2 = _verify(kernel, shape, inputs, tolerance)
+        failed |= not ok
+        out = kernel.make_output(shape)
+        own = timer(lambda: kernel.launch(shape, inputs, out), kernel.DEVICE)
+        anchor = timer(lambda: kernel.anchor(shape, inputs), kernel.DEVICE)
+        print(f"{shape['name']:>{width}} {max_abs:12.3g} {rel_l2:11.3g} {own * 1e6:9.2f}us {anchor * 1e6:9.2f}us "
+              f"{anchor / own:7.2f}x  {'ok' if ok else 'FAILED'}")
+        for name, other in getattr(kernel, "OTHER_ANCHORS", {}).items():  # timed the same way
+            seconds = timer(lambda: other(shape, inputs), kernel.DEVICE)
+            print(f"{'':>{width}} {'':>12} {'':>11} {'':>11} {seconds * 1e6:9.2f}us {seconds / own:7.2f}x  "
+                  f"anchor: {name}")
+    return failed
+
+
+def _check_op(kernel, metadata: dict, timer, cold: bool) -> bool:
+    """A workload's op: every workload shape verified, then the op as called and PyTorch's computation
+    timed in turns (``_paired``); slower beyond SLOWER_BEYOND fails."""
+    tolerance, failed = metadata["tolerance"], False
+    recorded = {row["shape"]: row for row in metadata["table"]}
+    others = {name: other for name, other in getattr(kernel, "OTHER_ANCHORS", {}).items()
+              if name not in getattr(kernel, "COSTLY_ANCHORS", ())}
+    if kernel.fallback is not kernel.anchor:  # the family's own anchor too, named by its docstring
+        others = {(kernel.anchor.__doc__ or "the family's anchor").strip().rstrip("."): kernel.anchor, **others}
+    width = max([10] + [len(shape["name"]) for shape in metadata["shapes"]])
+    print(f"{'shape':>{width}} {'runs':>17} {'max abs err':>11} {'op':>11} {'anchor':>11} {'speedup':>8} "
+          f"{'at export':>19}  verdict")
+    speedups = []
+    for index, shape in enumerate(metadata["shapes"]):
+        dims = {k: v for k, v in shape.items() if k != "name"}
+        inputs = _inputs(kernel, shape, index)
+        ok, max_abs, _ = _verify(kernel, shape, inputs, tolerance)
+        choice, _ = kernel.choose(dims)
+        op, anchor, ratio, low = _paired(lambda: kernel.run(shape, inputs), lambda: kernel.fallback(shape, inputs),
+                                         kernel.DEVICE, cold)
+        slower = low > 1 + SLOWER_BEYOND  # slower beyond the noise: even the ratio's lower bound is above
+        failed |= not ok or slower
+        speedups.append((1 / ratio, recorded.get(shape["name"], {}).get("weight", 1.0)))
+        row = recorded.get(shape["name"], {})
+        then = (f"{row['kernel_s'] * 1e6:.1f}/{row['anchor_s'] * 1e6:.1f}us" if row.get("kernel_s") and row.get("anchor_s")
+                else "-")
+        verdict = "FAILED" if not ok else ("SLOWER" if slower else "ok")
+        print(f"{shape['name']:>{width}} {choice or 'PyTorch':>17} {max_abs:11.3g} {op * 1e6:9.2f}us "
+              f"{anchor * 1e6:9.2f}us {1 / ratio:7.2f}x {then:>19}  {verdict}")
+        for name, other in others.items():  # timed the same way
+            seconds = timer(lambda: other(shape, inputs), kernel.DEVICE)
+            print(f"{'':>{width}} {'':>17} {'':>11} {'':>11} {seconds * 1e6:9.2f}us {seconds / op:7.2f}x "
+                  f"{'':>19}  anchor: {name}")
+    total = sum(w for _, w in speedups)
+    geomean = math.exp(sum(w * math.log(s) for s, w in speedups) / total)
+    print(f"weighted geometric-mean speedup of the op over {metadata['anchor_name']}: {geomean:.2f}x; "
+          f"an op slower than it by more than {SLOWER_BEYOND:.0%} beyond the timing's noise fails")
+    return failed
+
+
 def main() -> int:
     metadata = json.loads((HERE / "metadata.json").read_text())
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -112,42 +270,17 @@ def main() -> int:
     sys.path.insert(0, str(HERE))
     kernel = importlib.import_module(metadata["module"])
     tolerance = metadata["tolerance"]
-    print(f"{metadata['family']} genome {metadata['genome_id']} (run {metadata['run']}, individual "
-          f"{metadata['individual']}); anchor: {metadata['anchor_name']}; caches {'cold' if cold else 'warm'}")
+    workload = metadata.get("workload")
+    what = (f"workload {workload['name']}'s op ({len(metadata['kernels'])} kernels)" if workload
+            else f"genome {metadata['genome_id']} (individual {metadata['individual']})")
+    print(f"{metadata['family']} {what}, run {metadata['run']}; anchor: {metadata['anchor_name']}; "
+          f"caches {'cold' if cold else 'warm'}")
     print(f"passes where every |out - ref| <= {tolerance['max_abs']:g}"
           + (f" + {tolerance['rtol']:g} |ref|" if tolerance.get("rtol") else "")
           + f" and the relative L2 error <= {tolerance['max_rel_l2']:g}")
     if kernel.DEVICE == "cuda":
         print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    failed = False
-    width = max([10] + [len(shape["name"]) for shape in metadata["shapes"]])
-    print(f"{'shape':>{width}} {'max abs err':>12} {'rel L2 err':>11} {'kernel':>11} {'anchor':>11} {'speedup':>8}  "
-          "verdict")
-    for index, shape in enumerate(metadata["shapes"]):
-        generator = torch.Generator(device=kernel.DEVICE)
-        generator.manual_seed(int(time.time_ns() % (1 << 62)) + index)
-        inputs = kernel.make_inputs(shape, generator)
-        out = kernel.make_output(shape)
-        out.fill_(float("nan"))
-        kernel.launch(shape, inputs, out)
-        if kernel.DEVICE == "cuda":
-            torch.cuda.synchronize()
-        reference = kernel.reference(shape, inputs).to(torch.float64)
-        difference = (out.to(torch.float64) - reference)
-        max_abs = difference.abs().max().item()
-        rel_l2 = (difference.norm() / reference.norm().clamp_min(1e-30)).item()
-        # as evo verifies: every |out - ref| <= max_abs + rtol |ref| (rtol 0 in exports that predate it)
-        beyond = int((difference.abs() > tolerance["max_abs"] + tolerance.get("rtol", 0.0) * reference.abs()).sum())
-        ok = math.isfinite(max_abs) and beyond == 0 and rel_l2 <= tolerance["max_rel_l2"]
-        failed |= not ok
-        own = timer(lambda: kernel.launch(shape, inputs, out), kernel.DEVICE)
-        anchor = timer(lambda: kernel.anchor(shape, inputs), kernel.DEVICE)
-        print(f"{shape['name']:>{width}} {max_abs:12.3g} {rel_l2:11.3g} {own * 1e6:9.2f}us {anchor * 1e6:9.2f}us "
-              f"{anchor / own:7.2f}x  {'ok' if ok else 'FAILED'}")
-        for name, other in getattr(kernel, "OTHER_ANCHORS", {}).items():  # timed the same way
-            seconds = timer(lambda: other(shape, inputs), kernel.DEVICE)
-            print(f"{'':>{width}} {'':>12} {'':>11} {'':>11} {seconds * 1e6:9.2f}us {seconds / own:7.2f}x  "
-                  f"anchor: {name}")
+    failed = _check_op(kernel, metadata, timer, cold) if workload else _check_kernel(kernel, metadata, timer)
     print("self-check " + ("FAILED" if failed else "passed"))
     return 1 if failed else 0
 

@@ -68,7 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--mission", metavar="SHAPE", help="tune for this shape of the family: its time is the "
                         "fitness, and a ratio target is to its anchor (default: the family's mission shape; every "
                         "shape is still verified)")
-    search.add_argument("--target", help="stop when a kernel is this fast: 40us, 2ms, or 0.5x the anchor")
+    search.add_argument("--workload", metavar="NAME|FILE", help="tune for every shape of a workload: one of the "
+                        "family's (see `evo families`) or a TOML file with a [workload] table of shapes and weights")
+    search.add_argument("--target", help="stop when a kernel is this fast: 40us, 2ms, or 0.5x the anchor (with "
+                        "--workload: at every shape)")
     search.add_argument("--budget", type=_positive_int, help="evaluations, seeds included (default 100)")
     search.add_argument("--time-budget", help="wall-clock limit: 90s, 10m, 1h")
     search.add_argument("--strategy", help="evolution (default), random or optuna")
@@ -102,10 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     lineage.add_argument("--out", help="file to write (default: run-RUN-lineage.FORMAT)")
     lineage.add_argument("--db", help=db_help)
 
-    export = commands.add_parser("export", help="a verified kernel as a standalone package (source, artifact, "
-                                 "Python module with a torch custom op, metadata, self-check)")
+    export = commands.add_parser("export", help="a verified kernel, or a workload run's dispatching op, as a "
+                                 "standalone package (sources, artifacts, Python module with a torch custom op, "
+                                 "metadata, self-check)")
     export.add_argument("run", type=_positive_int)
-    export.add_argument("--individual", type=_positive_int, help="individual id (default: the run's best)")
+    export.add_argument("--individual", type=_positive_int, help="individual id (default: the run's best; a "
+                        "workload run: its op, every shape's fastest kernel or PyTorch)")
     export.add_argument("--out", required=True, help="directory to create (must not exist or be empty)")
     export.add_argument("--db", help=db_help)
 
@@ -124,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    console = Console()
+    # piped or captured: wide enough that tables (per-shape ones too) keep whole names and figures
+    console = Console() if sys.stdout.isatty() else Console(width=200)
     errors = Console(stderr=True)
     signal.signal(signal.SIGTERM, _interrupt)
     try:

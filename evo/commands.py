@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 from typing import Any
 
@@ -45,6 +46,7 @@ FLAG_FIELDS = {"family": "family", "mission": "mission", "target": "target", "bu
                "population": "population", "seed": "seed", "trials": "trials", "cold_cache": "cold_cache",
                "gate_rounds": "gate_rounds"}
 RESUMABLE_OVERRIDES = {"budget", "time_budget"}
+WORKLOAD_FLAG = "workload"  # resolved once the family is known (a built-in workload's name or a TOML file)
 DEFAULT_FAMILY = "flashcore"  # the product's headline; experiments/flashcore.toml spells out its settings
 
 
@@ -78,7 +80,7 @@ def cmd_search(args, console: Console) -> int:
 
     settings, options = _search_settings(args)
     if args.resume is not None:
-        fixed = (set(FLAG_FIELDS) - RESUMABLE_OVERRIDES) | {"sampler", "experiment"}
+        fixed = (set(FLAG_FIELDS) - RESUMABLE_OVERRIDES) | {"sampler", "experiment", WORKLOAD_FLAG}
         explicit = {f for f in fixed if getattr(args, f) is not None}
         if explicit:
             raise BadInput(f"--resume continues a run with its own settings; only --budget and --time-budget "
@@ -101,11 +103,14 @@ def cmd_search(args, console: Console) -> int:
     settings.setdefault("strategy", "evolution")
     if "sampler" in options and settings["strategy"] != "optuna":
         raise BadInput("--sampler applies to --strategy optuna only")
+    workload = settings.pop("workload", None)
     try:
         config = SearchConfig(**settings)
         from evo.strategies import make_strategy
 
         family = get_family(config.family_reference)
+        if args.workload is not None or workload is not None:
+            config = dataclasses.replace(config, workload=_workload(args, family, workload).to_dict())
         make_strategy(config.strategy, family.space, seed=config.seed, population=config.population,
                       options=config.strategy_options)
     except ValueError as exc:
@@ -123,6 +128,15 @@ def cmd_search(args, console: Console) -> int:
     store = _open(database)
     search = Search(config, store, ConsoleReporter(console, budget=config.budget), ray_address=args.ray_address)
     return search.start().exit_code
+
+
+def _workload(args, family, table):
+    """--workload (a built-in name or a TOML file), else the experiment file's [workload] table."""
+    from seeds import parse_workload, resolve_workload
+
+    if args.workload is not None:
+        return resolve_workload(family, args.workload)
+    return parse_workload(family, table, f"experiment file {args.experiment!r}")
 
 
 def _refuse_a_family_that_does_not_compile(family, config) -> None:
@@ -169,7 +183,9 @@ def cmd_runs(args, console: Console) -> int:
     for column in ("run", "family", "strategy", "status", "evaluations", "best", "target", "started"):
         table.add_column(column)
     for r in runs:
-        table.add_row(str(r.id), r.family, r.strategy, r.status, str(r.evaluations), format_seconds(r.best_fitness_s),
+        workload = (r.config or {}).get("workload")
+        family = f"{r.family} (workload {workload.get('name')})" if isinstance(workload, dict) else r.family
+        table.add_row(str(r.id), family, r.strategy, r.status, str(r.evaluations), format_seconds(r.best_fitness_s),
                       r.target or "-", r.created_at.strftime("%Y-%m-%d %H:%M"))
     console.print(table)
     return 0
@@ -181,7 +197,7 @@ def cmd_show(args, console: Console) -> int:
     run = store.get_run(args.run)
     if run is None:
         raise BadInput(f"run {args.run} does not exist in {database.description}")
-    anchor = _mission_anchor(run.anchor, run.family)
+    anchor = _mission_anchor(run.anchor, run)
     console.print(f"[bold]run {run.id}[/]: family {run.family}, strategy {run.strategy}, status {run.status}, "
                   f"{run.evaluations} evaluations; target {run.target or '-'} "
                   f"({format_seconds(run.target_seconds)}); anchor {format_seconds(anchor)}"
@@ -192,14 +208,14 @@ def cmd_show(args, console: Console) -> int:
         console.print("hardware: " + ", ".join(f"{k}={v}" for k, v in hardware.items()), highlight=False)
     for name, timings in secondary.items():
         console.print(f"also timed in the evaluator: {name}: "
-                      f"{format_seconds(_mission_anchor(timings, run.family))} at the mission shape", highlight=False)
+                      f"{format_seconds(_mission_anchor(timings, run))} at the mission shape", highlight=False)
     table = Table(title="best individuals")
     for column in ("rank", "individual", "genome id", "gen", "origin", "time", "speedup vs anchor"):
         table.add_column(column)
     best = store.best(run.id, args.top)
     for rank, (individual, evaluation) in enumerate(best, 1):
         # the anchor timed in the same process as this kernel
-        own_anchor = _mission_anchor(evaluation.anchor, run.family) or anchor
+        own_anchor = _mission_anchor(evaluation.anchor, run) or anchor
         speedup = f"{own_anchor / evaluation.fitness_s:.2f}x" if own_anchor else "-"
         table.add_row(str(rank), str(individual.id), individual.genome_id, str(individual.generation),
                       individual.origin, format_seconds(evaluation.fitness_s), speedup)
@@ -215,7 +231,28 @@ def cmd_show(args, console: Console) -> int:
     counts = store.failure_counts(run.id)
     console.print("statuses: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none yet"),
                   highlight=False)
+    table = _dispatch(store, run)
+    if table is not None:
+        from evo.progress import dispatch_table_view
+
+        console.print(dispatch_table_view(table))
+        console.print(table.summary(), highlight=False)
     return 0
+
+
+def _dispatch(store: Store, run):
+    """A workload run's dispatch table (None for a run of one mission shape)."""
+    if not (run.config or {}).get("workload"):
+        return None
+    from evo.dispatch import dispatch_table
+    from seeds import get_family, parse_workload
+
+    try:
+        family = get_family(run.family)
+        workload = parse_workload(family, run.config["workload"], f"run {run.id}'s workload")
+    except ValueError as exc:
+        raise BadInput(f"run {run.id} cannot be read: {exc}") from None
+    return dispatch_table(store, run.id, family, workload)
 
 
 def cmd_lineage(args, console: Console) -> int:
@@ -233,7 +270,7 @@ def cmd_lineage(args, console: Console) -> int:
     out = Path(args.out or f"run-{run.id}-lineage.{args.format}")
     if out.is_dir():
         raise BadInput(f"--out {out} is a directory; give a file name")
-    report = build_report(store, run.id, _mission_anchor(run.anchor, run.family))
+    report = build_report(store, run.id, _mission_anchor(run.anchor, run))
     written = write_report(report, args.format, out)
     console.print(f"run {run.id}: lineage of individual {report.best_id} ({len(report.steps)} steps), "
                   f"{sum(report.failures.values())} evaluations -> " + ", ".join(str(p) for p in written),
@@ -244,27 +281,34 @@ def cmd_lineage(args, console: Console) -> int:
 def cmd_export(args, console: Console) -> int:
     from pathlib import Path
 
-    from evo.export import export_individual
+    from evo.export import export_run
 
     database = _database(args, must_exist=True)
     store = _open(database, create=False)
     try:
-        result = export_individual(store, args.run, args.individual, Path(args.out))
+        result = export_run(store, args.run, args.individual, Path(args.out))
     except ValueError as exc:
         raise BadInput(str(exc)) from None
-    console.print(f"exported individual {result.individual_id} (genome {result.genome_id}) to {args.out}: "
-                  + ", ".join(p.name for p in result.files), highlight=False, soft_wrap=True)
+    what = (f"the workload's op {result.module_name} ({result.table.summary()})" if result.table is not None
+            else f"individual {result.individual_id} (genome {result.genome_id})")
+    console.print(f"exported {what} to {args.out}: " + ", ".join(p.name for p in result.files),
+                  highlight=False, soft_wrap=True)
     console.print(f"check it: python {Path(args.out) / 'selfcheck.py'}", highlight=False)
     return 0
 
 
-def _mission_anchor(anchor: list | None, family_name: str) -> float | None:
+def _mission_anchor(anchor: list | None, run) -> float | None:
+    """The anchor's time at the shape whose time is the run's fitness: the mission shape, or a workload's
+    primary shape."""
     if not anchor:
         return None
     try:
-        from seeds import get_family
+        from seeds import get_family, parse_workload
 
-        mission = get_family(family_name).mission_shape.name
+        family = get_family(run.family)
+        workload = (run.config or {}).get("workload")
+        mission = (parse_workload(family, workload, "the run's workload").primary.name if workload
+                   else family.mission_shape.name)
     except ValueError:
         mission = anchor[0]["shape"]
     return next((a["median_s"] for a in anchor if a["shape"] == mission), None)
@@ -286,6 +330,9 @@ def cmd_families(args, console: Console) -> int:
                       highlight=False, markup=False)
         console.print("shapes: " + ", ".join(s.label() + (" [mission]" if s.mission else "") for s in family.shapes),
                       highlight=False, markup=False)
+        for w in family.workloads:
+            console.print(f"workload {w.describe()}: " + ", ".join(s.label() for s in w.shapes),
+                          highlight=False, markup=False)
         if family.compute_capability is not None:
             runs, why = family.runs_here()
             console.print("runs on GPUs of compute capability {}.{}".format(*family.compute_capability)

@@ -17,6 +17,10 @@
     gate_rounds = 10            # hard gate before a target counts: re-verify + re-time N times (0: off)
 
     [strategy]                  # options of the chosen strategy, e.g. elite = 2, sampler = "tpe"
+
+    [workload]                  # tune for every shape of a workload (seeds/_workload.py): a built-in
+    name = "small"              # one by name, or shapes with weights:
+    shapes = [ { name = "a", m = 64, n = 256, k = 256, weight = 2 }, { m = 96, n = 96, k = 512 } ]
 """
 
 from __future__ import annotations
@@ -54,7 +58,8 @@ def parse_duration(value: Any, what: str) -> float:
 
 
 def load_experiment(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(search settings as SearchConfig fields, strategy options) from a TOML file.
+    """(search settings as SearchConfig fields, strategy options) from a TOML file; a [workload] table
+    comes back as settings["workload"], unchecked.
 
     Any problem — missing file, bad TOML, unknown section or key, wrong type — is a ValueError
     naming the file and the key.
@@ -68,9 +73,10 @@ def load_experiment(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
         raise ValueError(f"experiment file {str(path)!r} cannot be read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"experiment file {str(path)!r} is not valid TOML: {exc}") from None
-    unknown = sorted(set(data) - {"search", "strategy"})
+    unknown = sorted(set(data) - {"search", "strategy", "workload"})
     if unknown:
-        raise ValueError(f"experiment file {str(path)!r}: unknown section(s) {unknown}; expected [search], [strategy]")
+        raise ValueError(f"experiment file {str(path)!r}: unknown section(s) {unknown}; expected [search], "
+                         f"[strategy], [workload]")
     search = data.get("search", {})
     options = data.get("strategy", {})
     if not isinstance(search, dict) or not isinstance(options, dict):
@@ -86,4 +92,8 @@ def load_experiment(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
             settings[DURATION_KEYS[key]] = parse_duration(value, f"search.{key}")
         else:
             settings[key] = value
+    if "workload" in data:  # checked against the family once it is known (seeds.parse_workload)
+        if not isinstance(data["workload"], dict):
+            raise ValueError(f"experiment file {str(path)!r}: [workload] must be a table")
+        settings["workload"] = data["workload"]
     return settings, dict(options)

@@ -1,23 +1,30 @@
-"""`evo export`: one stored individual as a standalone, reproducible kernel package.
+"""`evo export`: a stored kernel, or a workload run's dispatching op, as a standalone package.
 
 The package needs torch (and, for CUDA kernels, cuda.bindings), never evo:
-    kernel.<cu|cpp>   the family's source with the genome's knobs baked in as #defines, and a
-                      header giving the genome, family, verified shapes and measured times
-    kernel.<cubin|so> the artifact built from it (build.sh rebuilds it with the same flags)
-    <name>.py         the kernel as a Python function on torch tensors, registered as a torch
-                      custom op (torch.library) so that it works inside torch.compile
-    metadata.json     genome, family, run, GPU, compiler and torch versions, errors, timings,
-                      anchor timings, date
+    kernel.<cu|cpp>   the family's source with the genome's knobs baked in as #defines, and a header
+                      giving the genome, family, verified shapes and measured times (a workload op:
+                      kernel_<genome id>.<cu|cpp>, one for each kernel the op runs)
+    kernel.<cubin|so> the artifact built from it (build.sh rebuilds every artifact with evo's flags)
+    <name>.py         a Python function on torch tensors, registered as a torch custom op
+                      (torch.library) so that it works inside torch.compile; it dispatches on the
+                      shape (evo_dispatch.py): a single kernel's export runs its kernel wherever it can,
+                      a workload's op runs each shape's fastest verified kernel, or PyTorch's own
+                      computation where none beats it
+    metadata.json     kernels, dispatch table (shape, choice, kernel time, anchor time), family, run,
+                      GPU, compiler and torch versions, errors, timings, anchor timings, date
     selfcheck.py      re-verifies against the reference on every shape and re-times against the anchor
-                      (and the family's other anchors, where the module names them)
+                      (a workload op: every workload shape against PyTorch's computation, failing where
+                      the op is slower beyond timing noise)
     evo_flush.py      the cache flush evo's --cold-cache timing uses (fitness/_flush.py), for selfcheck.py
+    evo_dispatch.py   the dispatch rule (seeds/_dispatch.py)
 The family supplies the module (its ``export_template``, with the ``export_files`` it imports, copied
-beside it); this file fills it in.
+beside it); this file fills it in: __KERNELS_JSON__, __DISPATCH_JSON__ and __OP_NAME__.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 from dataclasses import dataclass
@@ -32,35 +39,57 @@ SELFCHECK = Path(__file__).with_name("_selfcheck.py")
 FLUSH = Path(_flush.__file__)  # shipped as evo_flush.py: the self-check flushes as the evaluator does
 
 
+def _dispatch_module() -> Path:
+    from seeds import _dispatch
+
+    return Path(_dispatch.__file__)  # shipped as evo_dispatch.py: the op chooses as documented there
+
+
 @dataclass(frozen=True)
 class ExportResult:
-    individual_id: int
-    genome_id: str
     module_name: str
     files: tuple[Path, ...]
+    individual_id: int | None = None  # a single kernel's export
+    genome_id: str | None = None
+    table: object | None = None  # a workload op's DispatchTable
 
 
-def _baked_source(recipe, header: str) -> tuple[str, list[str]]:
-    """The source with every -D macro written out as a #define; the remaining flags."""
-    defines, flags = [], []
-    for flag in recipe.flags:
-        if flag.startswith("-D"):
-            name, _, value = flag[2:].partition("=")
-            defines.append(f"#define {name} {value or 1}")
-        else:
-            flags.append(flag)
-    return header + "\n".join(defines) + "\n\n" + recipe.source, flags
+@dataclass(frozen=True)
+class _Kernel:
+    genome: object
+    individual_id: int
+    source_name: str
+    artifact_name: str
+    header: str
+
+
+def export_run(store: Store, run_id: int, individual_id: int | None, out: Path) -> ExportResult:
+    """A workload run (no ``individual_id``): its dispatching op; otherwise the individual's (default: the
+    run's best) kernel. ValueError for a run or individual that does not exist, one that never passed
+    verification, a family without an export template, or an ``out`` that is a non-empty directory."""
+    from seeds import get_family, parse_workload
+
+    run = store.get_run(run_id)
+    if run is None:
+        raise ValueError(f"run {run_id} does not exist")
+    family = get_family(run.family)
+    workload = (run.config or {}).get("workload")
+    if workload and individual_id is None:
+        _check_target(family, out)
+        return _export_workload(store, run, family, parse_workload(family, workload, f"run {run.id}'s workload"), out)
+    return export_individual(store, run_id, individual_id, out)
+
+
+def _check_target(family, out: Path) -> None:
+    if family.export_template is None:
+        raise ValueError(f"family {family.name} has no export template")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"--out {out} exists and is not an empty directory")
 
 
 def export_individual(store: Store, run_id: int, individual_id: int | None, out: Path) -> ExportResult:
-    """Write the package for ``individual_id`` (default: the run's best verified kernel) into ``out``.
-
-    Raises ValueError for a run or individual that does not exist, one that never passed
-    verification, a family without an export template, or an ``out`` that is a non-empty directory.
-    """
-    import torch
-
-    from seeds import get_family
+    """The package of one kernel, ``individual_id`` (default: the run's best verified kernel)."""
+    from seeds import DispatchTable, get_family
 
     run = store.get_run(run_id)
     if run is None:
@@ -79,62 +108,129 @@ def export_individual(store: Store, run_id: int, individual_id: int | None, out:
         raise ValueError(f"individual {individual.id} never passed verification ({status}); "
                          f"only verified kernels are exported")
     family = get_family(run.family)
-    if family.export_template is None:
-        raise ValueError(f"family {family.name} has no export template")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ValueError(f"--out {out} exists and is not an empty directory")
+    _check_target(family, out)
     genome = family.space.genome(individual.genome)
-    recipe = family.build_recipe(genome)
-    build = Builder(BuildConfig(default_cache_dir())).build(genome.id, recipe)
-    if build.status is not Status.OK:
-        raise ValueError(f"individual {individual.id} no longer builds here: {build.message}")
+    suffix = Path(family.build_recipe(genome).source_name).suffix
+    kernel = _Kernel(genome, individual.id, "kernel" + suffix, "kernel" + ARTIFACT_SUFFIX[_output(family)],
+                     _header(family, run, individual.id, genome, evaluation.timings, evaluation.anchor,
+                             [c["shape"] for c in evaluation.checks if c.get("passed")]))
+    table = DispatchTable([], family.flag_dims + family.categorical_dims, default=genome.id)
+    metadata = dict(individual=individual.id, genome_id=genome.id, genome=genome.as_dict(),
+                    shapes=[dict(s.dims, name=s.name, mission=s.mission) for s in family.shapes],
+                    anchor_name=family.anchor_name, compare_with="anchor", errors=evaluation.checks,
+                    timings=evaluation.timings, anchor_timings=evaluation.anchor)
+    files = _write_package(family, run, f"{family.name}_{genome.id}", [kernel], table.to_dict(), metadata, out)
+    return ExportResult(f"{family.name}_{genome.id}", files, individual.id, genome.id)
 
-    module_name = f"{family.name}_{genome.id}"
-    source_name = "kernel" + Path(recipe.source_name).suffix
-    artifact_name = "kernel" + ARTIFACT_SUFFIX[recipe.output]
-    verified = ", ".join(s.label() for s in family.shapes)
-    timings = {t["shape"]: t["median_s"] for t in evaluation.timings}
-    anchors = {t["shape"]: t["median_s"] for t in evaluation.anchor}
-    header = (f"// evo export: family {family.name}, run {run.id}, individual {individual.id}, genome {genome.id}\n"
-              f"// genome: {json.dumps(genome.as_dict(), sort_keys=True)}\n"
-              f"// verified on every shape of the family: {verified}\n"
-              + "".join(f"// {shape}: {format_seconds(seconds)} (anchor {format_seconds(anchors.get(shape))})\n"
-                        for shape, seconds in timings.items())
-              + f"// measured on: {(run.hardware or {}).get('device', 'unknown')}\n\n")
-    source, flags = _baked_source(recipe, header)
+
+def _export_workload(store: Store, run, family, workload, out: Path) -> ExportResult:
+    from evo.dispatch import dispatch_table
+    from seeds import DispatchTable
+
+    table = dispatch_table(store, run.id, family, workload)
+    kernels = []
+    for genome_id, genome_dict in table.kernels.items():
+        genome = family.space.genome(genome_dict)
+        rows = [r for r in table.rows if r.genome_id == genome_id]
+        suffix = Path(family.build_recipe(genome).source_name).suffix
+        timings = [{"shape": r.shape, "median_s": r.kernel_s} for r in rows]
+        anchors = [{"shape": r.shape, "median_s": r.anchor_s} for r in rows]
+        kernels.append(_Kernel(genome, rows[0].individual_id, f"kernel_{genome_id}{suffix}",
+                               f"kernel_{genome_id}{ARTIFACT_SUFFIX[_output(family)]}",
+                               _header(family, run, rows[0].individual_id, genome, timings, anchors,
+                                       [s.name for s in family.shapes] + [r.shape for r in rows])))
+    entries = [{"shape": r.shape, "dims": r.dims, "weight": r.weight, "choice": r.genome_id if r.chosen else None}
+               for r in table.rows]
+    dispatch = DispatchTable(entries, family.flag_dims + family.categorical_dims, default=None)
+    name = f"{family.name}_{re.sub(r'[^0-9A-Za-z_]', '_', workload.name)}"
+    metadata = dict(workload=dict(name=workload.name, description=workload.description),
+                    shapes=[dict(s.dims, name=s.name) for s in workload.shapes],
+                    anchor_name=family.fallback_label, compare_with="fallback",
+                    table=[dict(shape=r.shape, dims=r.dims, weight=r.weight,
+                                choice=r.genome_id if r.chosen else "pytorch", individual=r.individual_id,
+                                best_kernel=r.genome_id, kernel_s=r.kernel_s, anchor_s=r.anchor_s,
+                                confirmed=r.confirmed) for r in table.rows],
+                    geomean_speedup=dict(op=table.op_geomean, kernels=table.kernel_geomean))
+    files = _write_package(family, run, name, kernels, dispatch.to_dict(), metadata, out)
+    return ExportResult(name, files, table=table)
+
+
+def _output(family) -> str:
+    return "cubin" if family.device == "cuda" else "shared_library"
+
+
+def _header(family, run, individual_id: int, genome, timings, anchors, verified) -> str:
+    anchor_of = {t["shape"]: t["median_s"] for t in anchors}
+    return (f"// evo export: family {family.name}, run {run.id}, individual {individual_id}, genome {genome.id}\n"
+            f"// genome: {json.dumps(genome.as_dict(), sort_keys=True)}\n"
+            f"// verified at: {', '.join(dict.fromkeys(verified))}\n"
+            + "".join(f"// {t['shape']}: {format_seconds(t['median_s'])} (anchor "
+                      f"{format_seconds(anchor_of.get(t['shape']))})\n" for t in timings)
+            + f"// measured on: {(run.hardware or {}).get('device', 'unknown')}\n\n")
+
+
+def _baked_source(recipe, header: str) -> tuple[str, list[str]]:
+    """The source with every -D macro written out as a #define; the remaining flags."""
+    defines, flags = [], []
+    for flag in recipe.flags:
+        if flag.startswith("-D"):
+            name, _, value = flag[2:].partition("=")
+            defines.append(f"#define {name} {value or 1}")
+        else:
+            flags.append(flag)
+    return header + "\n".join(defines) + "\n\n" + recipe.source, flags
+
+
+def _write_package(family, run, module_name: str, kernels: list[_Kernel], dispatch: dict, metadata: dict,
+                   out: Path) -> tuple[Path, ...]:
+    import torch
+
+    built = []
+    for kernel in kernels:  # every build first: nothing is written for a kernel that no longer builds
+        recipe = family.build_recipe(kernel.genome)
+        build = Builder(BuildConfig(default_cache_dir())).build(kernel.genome.id, recipe)
+        if build.status is not Status.OK:
+            raise ValueError(f"individual {kernel.individual_id} no longer builds here: {build.message}")
+        built.append((kernel, recipe, build))
     out.mkdir(parents=True, exist_ok=True)
-    files = []
+    files: list[Path] = []
 
     def write(name: str, text: str | bytes) -> None:
         path = out / name
         path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
         files.append(path)
 
-    write(source_name, source)
-    write(artifact_name, build.artifact)
-    command = [recipe.compiler, *flags, "-o", artifact_name, source_name]  # nvcc / c++ from PATH
-    if recipe.output == "cubin":
-        command.insert(1, "-cubin")
-    write("build.sh", "#!/bin/sh\n# rebuilds the artifact from the baked source, as evo built it\ncd \"$(dirname \"$0\")\"\n"
-          + shlex.join(command) + "\n")
+    commands = []
+    for kernel, recipe, build in built:
+        source, flags = _baked_source(recipe, kernel.header)
+        write(kernel.source_name, source)
+        write(kernel.artifact_name, build.artifact)
+        command = [recipe.compiler, *flags, "-o", kernel.artifact_name, kernel.source_name]  # nvcc / c++ from PATH
+        if recipe.output == "cubin":
+            command.insert(1, "-cubin")
+        commands.append(command)
+    write("build.sh", "#!/bin/sh\n# rebuilds the artifacts from the baked sources, as evo built them\n"
+          "set -e\ncd \"$(dirname \"$0\")\"\n" + "".join(shlex.join(c) + "\n" for c in commands))
     (out / "build.sh").chmod(0o755)
+    kernel_table = {k.genome.id: {"genome": k.genome.as_dict(), "artifact": k.artifact_name} for k, _, _ in built}
     template = family.export_template.read_text()
-    write(f"{module_name}.py", template.replace("__GENOME_JSON__", json.dumps(genome.as_dict(), sort_keys=True))
-          .replace("__GENOME_ID__", genome.id).replace("__ARTIFACT__", artifact_name))
+    write(f"{module_name}.py", template.replace("__KERNELS_JSON__", repr(json.dumps(kernel_table, sort_keys=True)))
+          .replace("__DISPATCH_JSON__", repr(json.dumps(dispatch))).replace("__OP_NAME__", module_name))
+    compiler = recipe.compiler if built else ("nvcc" if family.device == "cuda" else "c++")
     metadata = dict(
-        family=family.name, description=family.description, run=run.id, individual=individual.id,
-        genome_id=genome.id, genome=genome.as_dict(), module=module_name, source=source_name, artifact=artifact_name,
-        build_command=command, compiler=compiler_version(recipe.compiler) or "unknown", torch=torch.__version__,
-        hardware=run.hardware, shapes=[dict(s.dims, name=s.name, mission=s.mission) for s in family.shapes],
+        family=family.name, description=family.description, run=run.id, module=module_name,
+        kernels={k.genome.id: dict(genome=k.genome.as_dict(), individual=k.individual_id, source=k.source_name,
+                                   artifact=k.artifact_name) for k in kernels},
+        dispatch=dispatch, build_commands=commands, compiler=compiler_version(compiler) or "unknown",
+        torch=torch.__version__, hardware=run.hardware,
         tolerance=dict(max_abs=family.tolerance.max_abs, max_rel_l2=family.tolerance.max_rel_l2,
                        rtol=family.tolerance.rtol),
-        anchor_name=family.anchor_name, errors=evaluation.checks, timings=evaluation.timings,
-        anchor_timings=evaluation.anchor, cold_cache=run.cold_cache,
-        exported_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        cold_cache=run.cold_cache, exported_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), **metadata)
     for name, path in family.export_files:
         write(name, path.read_text())
     write("metadata.json", json.dumps(metadata, indent=1, default=str))
     write("evo_flush.py", FLUSH.read_text())
+    write("evo_dispatch.py", _dispatch_module().read_text())
     shutil.copyfile(SELFCHECK, out / "selfcheck.py")
     files.append(out / "selfcheck.py")
-    return ExportResult(individual.id, genome.id, module_name, tuple(files))
+    return tuple(files)

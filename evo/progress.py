@@ -8,6 +8,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from evo.dispatch import DispatchTable
 from evo.search import LoopState, SearchConfig, SearchOutcome, status_counts
 from fitness import EvalResult, format_seconds
 from fitness.score import format_span
@@ -16,6 +17,8 @@ from seeds import KernelFamily
 
 
 def _best_line(state: LoopState) -> str:
+    if state.workload_progress:
+        return state.workload_progress
     best = format_seconds(state.best_fitness_s)
     parts = [f"best {best}"]
     if state.best_fitness_s is not None and state.anchor_s:
@@ -42,7 +45,9 @@ class ConsoleReporter:
             limits.append(f"time budget {config.time_budget_s:g} s")
         self.console.print(f"[bold]{verb} run {run_id}[/]: family {family.name}, strategy {config.strategy}, "
                            f"population {config.population}, seed {config.seed}; " + ", ".join(limits)
-                           + f"; anchor {family.anchor_name}; fitness: the time at {family.mission_shape.label()}"
+                           + (f"; workload {config.workload['name']} ({len(config.workload['shapes'])} shapes), "
+                              f"anchor {family.fallback_label}" if config.workload else
+                              f"; anchor {family.anchor_name}; fitness: the time at {family.mission_shape.label()}")
                            + (", caches cold" if config.cold_cache else ""),
                            highlight=False, soft_wrap=True)
         if self.console.is_terminal:
@@ -67,8 +72,15 @@ class ConsoleReporter:
         if self._live is not None:
             self._live.stop()
             self._live = None
+        if outcome.dispatch is not None:
+            self.console.print(dispatch_table_view(outcome.dispatch))
         table = Table(title=f"run {outcome.run_id}: {outcome.status.replace('_', ' ')}", show_header=False)
         table.add_row("evaluations", f"{outcome.evaluations} ({status_counts(outcome.statuses) or 'none'})")
+        if outcome.dispatch is not None:
+            table.add_row("workload", outcome.dispatch.summary())
+            table.add_row("wall time", f"{outcome.wall_s:.1f} s")
+            self.console.print(table)
+            return
         table.add_row("best time (mission shape)", format_seconds(outcome.best_fitness_s))
         table.add_row("anchor time", format_seconds(outcome.anchor_s))
         if outcome.best_fitness_s and outcome.anchor_s:
@@ -87,3 +99,19 @@ class ConsoleReporter:
         if self._live is not None:
             self._live.stop()
             self._live = None
+
+
+def dispatch_table_view(table: DispatchTable) -> Table:
+    """A workload's table in the terminal: per shape, the best kernel, its time, the anchor's, and what
+    the op runs there (the run summary and `evo show` print it)."""
+    view = Table(title=f"workload {table.workload.name}: per shape, the fastest verified kernel against "
+                       f"{table.fallback}")
+    for column in ("shape", "weight", "best kernel", "time", "anchor", "speedup", "op runs"):
+        view.add_column(column, justify="right" if column in ("weight", "time", "anchor", "speedup") else "left")
+    for row in table.rows:
+        kernel = f"{row.genome_id} (#{row.individual_id})" if row.genome_id else "-"
+        speedup = f"{row.speedup:.2f}x" if row.speedup else "-"
+        runs = "PyTorch" if not row.chosen else "kernel" + ("" if row.confirmed else " (unconfirmed)")
+        view.add_row(row.shape, f"{row.weight:g}", kernel, format_seconds(row.kernel_s), format_seconds(row.anchor_s),
+                     speedup, runs)
+    return view

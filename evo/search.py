@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from db import NewIndividual, ParentLink, Store
+from evo._workload_run import WorkloadRun
+from evo.dispatch import DispatchTable
 from evo.strategies import Observation, Proposal, Strategy, make_strategy
 from fitness import BuildConfig, EvalConfig, EvalResult, Target, default_cache_dir, format_seconds, format_span
 from fitness.workers import Finished, Pipeline, PipelineConfig, start_ray
 from kernel_genome import Genome
-from seeds import KernelFamily, get_family
+from seeds import KernelFamily, get_family, parse_workload
 
 EXIT_TARGET_REACHED = 0  # also: the budget ran out and no target had been set
 EXIT_BUDGET_EXHAUSTED = 3
@@ -48,7 +50,7 @@ class SearchConfig:
     watchdog_factor: float = 20.0  # the watchdog: this many times the evaluator's anchor pass (at least 5 s)
     cache_dir: str | None = None
     gate_rounds: int = 10  # the hard gate: re-verify + re-time this many times before the target counts
-
+    workload: dict | None = None  # a workload's shapes and weights (Workload.to_dict()): tune for all of them
 
     def __post_init__(self) -> None:
         positive = {"population": self.population, "trials": self.trials,
@@ -77,6 +79,12 @@ class SearchConfig:
             if "@" in self.family:
                 raise ValueError(f"family {self.family!r} already names its mission shape; drop mission "
                                  f"{self.mission!r} or the @ suffix")
+        if self.workload is not None:
+            if not isinstance(self.workload, dict):
+                raise ValueError(f"workload must be a table of shapes, got {self.workload!r}")
+            if self.mission is not None or "@" in self.family:
+                raise ValueError("a workload search tunes for every shape of its workload: drop --mission "
+                                 "(or the family's @SHAPE)")
 
     @property
     def family_reference(self) -> str:
@@ -106,6 +114,7 @@ class SearchOutcome:
     gated_genome: Genome | None = None  # the kernel that passed the hard gate (not always the fastest seen)
     gate_times_s: tuple[float, ...] = ()  # its times in the gate's rounds
     statuses: dict = field(default_factory=dict)  # evaluations by status value
+    dispatch: DispatchTable | None = None  # a workload run's table: per shape, the kernel or PyTorch
 
 
 def status_counts(statuses: dict) -> str:
@@ -134,6 +143,7 @@ class LoopState:
     target_s: float | None = None
     anchor_s: float | None = None
     started: float = field(default_factory=time.monotonic)
+    workload_progress: str = ""  # a workload run's per-shape standing
 
 
 class Search:
@@ -144,8 +154,12 @@ class Search:
         self.ray_address = ray_address
         self.family = get_family(config.family_reference)
         self.target = Target.parse(config.target) if config.target else None
+        self.workload = parse_workload(self.family, config.workload, "the run's workload") if config.workload else None
+        self.shapes = (WorkloadRun(self.family, self.workload, self.target, store, reporter.message)
+                       if self.workload else None)
         self.strategy: Strategy = make_strategy(config.strategy, self.family.space, seed=config.seed,
-                                                population=config.population, options=config.strategy_options)
+                                                population=config.population, options=config.strategy_options,
+                                                niches=self.shapes.niches if self.shapes else None)
         self.state = LoopState()
         self._individual_ids: dict[str, int] = {}
         self._generation_of: dict[str, int] = {}
@@ -166,6 +180,7 @@ class Search:
     def resume(self, run_id: int) -> SearchOutcome:
         history = self.store.history(run_id)
         self.strategy.add_seeds(list(self.family.seed_genomes))
+        shape_times = self._resume_shapes(run_id, history)
         finished, pending = [], []
         for entry in history:
             genome = self.family.space.genome(entry.genome)
@@ -174,7 +189,8 @@ class Search:
             if entry.status is None:
                 pending.append(genome)
             else:
-                finished.append(Observation(genome, entry.generation, entry.status, entry.fitness_s))
+                finished.append(Observation(genome, entry.generation, entry.status, entry.fitness_s,
+                                            shape_times.get(genome.id, {})))
                 self._tally(genome, entry.status, entry.fitness_s)
         self.strategy.restore(finished, pending)
         for gate, individual in self.store.gates(run_id):
@@ -187,20 +203,34 @@ class Search:
         self.store.update_run(run_id, status="running", message=None)
         return self._loop(run_id, pending, resumed=True)
 
+    def _resume_shapes(self, run_id: int, history) -> dict[str, dict]:
+        """A workload run's board rebuilt from the store; genome id -> its times per shape."""
+        if self.shapes is None:
+            return {}
+        genome_of = {h.individual_id: h.genome_id for h in history}
+        parents: dict[str, tuple[str, ...]] = {}
+        for parent, child, _, _ in self.store.lineage(run_id):
+            parents[genome_of[child]] = parents.get(genome_of[child], ()) + (genome_of[parent],)
+        return self.shapes.resume(run_id, parents, self.store.get_run(run_id).anchor)
+
     # -- the loop ---------------------------------------------------------------------------
     def _loop(self, run_id: int, first_batch: list[Genome], resumed: bool) -> SearchOutcome:
         self.reporter.started(run_id, self.family, self.config, resumed)
         release_ray = start_ray(self.ray_address)
         cache = Path(self.config.cache_dir) if self.config.cache_dir else default_cache_dir()
         pipeline = Pipeline(self.family, PipelineConfig(
-            BuildConfig(cache, self.config.build_timeout_s), EvalConfig(self.config.trials, self.config.cold_cache),
-            eval_timeout_s=self.config.eval_timeout_s, watchdog_factor=self.config.watchdog_factor))
-        status = None
+            BuildConfig(cache, self.config.build_timeout_s),
+            EvalConfig(self.config.trials, self.config.cold_cache, self.workload),
+            eval_timeout_s=self.config.eval_timeout_s, watchdog_factor=self.config.watchdog_factor),
+            plan_for=self.shapes.board.plan if self.shapes else None)
+        status, dispatch = None, None
         try:
             self._submit(pipeline, first_batch)
             if not resumed:
                 self._ask_and_submit(run_id, pipeline, self.config.population - len(first_batch), generation=0)
             status = self._drive(run_id, pipeline)
+            if self.shapes is not None:
+                dispatch = self.shapes.confirm(run_id, pipeline)
         except KeyboardInterrupt:
             status = "interrupted"
             raise
@@ -213,7 +243,7 @@ class Search:
                 self.store.update_run(run_id, status="interrupted", message="stopped by the user")
             pipeline.close()
             release_ray()
-        outcome = self._outcome(run_id, status)
+        outcome = dataclasses.replace(self._outcome(run_id, status), dispatch=dispatch)
         self.store.update_run(run_id, status=status, message=_describe(outcome))
         self.reporter.finished(outcome)
         return outcome
@@ -261,9 +291,13 @@ class Search:
         return self._gate_passed
 
     def _gate_best_qualifier(self, run_id: int, pipeline: Pipeline) -> None:
-        """The fastest kernel within the target that the gate has not judged yet, through the gate."""
+        """The fastest kernel within the target that the gate has not judged yet, through the gate (in a
+        workload run: every shape's, once each shape has one)."""
         target = self.state.target_s
         if self._gate_passed or target is None:
+            return
+        if self.shapes is not None:
+            self._gate_passed = self.shapes.gate(run_id, pipeline, self._individual_ids, self.config.gate_rounds)
             return
         waiting = [(t, g.id, g) for t, g in self._correct if t <= target and g.id not in self._gated]
         if not waiting:
@@ -276,7 +310,7 @@ class Search:
             return
         self.reporter.message(f"{genome.id} ran in {format_seconds(seconds)} (target {format_seconds(target)}): "
                               f"hard gate, {rounds} rounds of re-verification and re-timing")
-        result = pipeline.gate(genome, target, rounds)
+        result = pipeline.gate(genome, [(self.family.mission_shape.name, target)], rounds)
         self.store.record_gate(run_id, self._individual_ids[genome.id], result)
         times = [r.mission_s for r in result.rounds if r.mission_s is not None]
         spread = format_span(times)
@@ -304,6 +338,9 @@ class Search:
         rows = [NewIndividual(p.genome.id, p.genome.as_dict(), generation, p.origin,
                               tuple(ParentLink(parent.id, op, changed) for parent, op, changed in p.parents))
                 for p in proposals]
+        if self.shapes is not None:
+            for p in proposals:
+                self.shapes.board.note_parents(p.genome.id, tuple(parent.id for parent, _, _ in p.parents))
         self._individual_ids.update(self.store.add_individuals(run_id, rows))
         self._generation_of.update({p.genome.id: generation for p in proposals})
 
@@ -314,16 +351,23 @@ class Search:
 
     def _record(self, run_id: int, item: Finished, pipeline: Pipeline) -> None:
         genome, result = item.genome, item.result
-        self.store.record_evaluation(self._individual_ids[genome.id], result)
+        self.store.record_evaluation(self._individual_ids[genome.id], result,
+                                     self.shapes.dims if self.shapes else {s.name: dict(s.dims) for s in self.family.shapes})
         if self.state.anchor_s is None and pipeline.hardware.get("anchor"):
             self._set_anchor(run_id, pipeline.hardware)
-        self.strategy.tell([Observation(genome, self._generation_of[genome.id], result.status.value, result.fitness_s)])
+        shape_times = self.shapes.observe(genome, result) if self.shapes else {}
+        self.strategy.tell([Observation(genome, self._generation_of[genome.id], result.status.value, result.fitness_s,
+                                        shape_times)])
         self._tally(genome, result.status.value, None if result.status.failed else result.fitness_s)
+        if self.shapes is not None:
+            self.state.workload_progress = self.shapes.progress()
         self.reporter.evaluated(self.state, genome, result)
 
     def _set_anchor(self, run_id: int, hardware: dict) -> None:
         anchor = [dataclasses.asdict(t) for t in hardware["anchor"]]
-        mission = self.family.mission_shape.name
+        mission = self.workload.primary.name if self.workload else self.family.mission_shape.name
+        if self.shapes is not None:
+            self.shapes.set_anchor(anchor)
         self.state.anchor_s = next(t["median_s"] for t in anchor if t["shape"] == mission)
         if self.target is not None:
             self.state.target_s = self.target.resolve(self.state.anchor_s)
@@ -357,4 +401,6 @@ def _describe(outcome: SearchOutcome) -> str:
             f"best {format_seconds(outcome.best_fitness_s)}")
     if outcome.target_s is not None:
         text += f", target {format_seconds(outcome.target_s)}"
+    if outcome.dispatch is not None:
+        text += f"; {outcome.dispatch.summary()}"
     return text

@@ -1,7 +1,7 @@
 """fitness: build, screen, verify, benchmark and score candidates; Ray workers that run them."""
 
 from fitness.build import BuildConfig, Builder, artifact_key, default_cache_dir
-from fitness.evaluate import EvalConfig, Evaluator
+from fitness.evaluate import EvalConfig, Evaluator, ShapePlan
 from fitness.records import (
     BuildResult,
     EvalResult,
@@ -30,6 +30,7 @@ __all__ = [
     "ResourceUsage",
     "ScreenResult",
     "ShapeCheck",
+    "ShapePlan",
     "ShapeTiming",
     "StageSeconds",
     "Status",

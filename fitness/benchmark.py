@@ -24,25 +24,36 @@ from fitness._flush import reading_flush
 from fitness.records import ShapeTiming
 from seeds import TimingPlan
 
-CUDA_SAMPLE_TARGET_S = 500e-6  # a CUDA burst should last at least this long
-CUDA_MIN_BURST = 20  # launches a burst holds at least: one graph launch's cost spread thin
+CUDA_SAMPLE_TARGET_S = 500e-6  # a CUDA burst should last at least this long (one graph launch's cost spread thin)
+CUDA_MIN_BURST = 2  # launches a burst holds at least
 CUDA_MAX_BURST = 500
+LAUNCH_SLACK_S = 1e-3  # what one launch from Python may add to a single launch timed between events (a
+# launcher's host work, e.g. encoding tensor maps, lies between the events): only a far slower one is cut there
 
 
-def summarize(shape: str, samples: list[float]) -> ShapeTiming:
+def summarize(shape: str, samples: list[float], cut_short: bool = False) -> ShapeTiming:
     ordered = sorted(samples)
     p90 = ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
     stdev = statistics.stdev(ordered) if len(ordered) > 1 else 0.0
-    return ShapeTiming(shape, statistics.median(ordered), p90, stdev, len(ordered))
+    return ShapeTiming(shape, statistics.median(ordered), p90, stdev, len(ordered), cut_short)
 
 
 COLD_BATCH = 25  # CUDA samples queued behind one spin kernel
 
 
-def time_runs(run: Callable[[], None], device: str, plan: TimingPlan, shape: str, cold: bool = False) -> ShapeTiming:
+def time_runs(run: Callable[[], None], device: str, plan: TimingPlan, shape: str, cold: bool = False,
+              cutoff_s: float | None = None) -> ShapeTiming:
+    """The median of many samples of ``run``; with ``cutoff_s``, timing stops after the first sample
+    if that is above it (``cut_short``: a kernel that slow is not worth the full measurement)."""
     if device == "cuda":
-        return summarize(shape, _cuda_cold_samples(run, plan) if cold else _cuda_samples(run, plan))
-    return summarize(shape, _cpu_samples(run, plan, reading_flush("cpu") if cold else None))
+        samples, cut = _cuda_cold_samples(run, plan, cutoff_s) if cold else _cuda_samples(run, plan, cutoff_s)
+    else:
+        samples, cut = _cpu_samples(run, plan, reading_flush("cpu") if cold else None, cutoff_s)
+    return summarize(shape, samples, cut)
+
+
+def _above(sample: float, cutoff_s: float | None) -> bool:
+    return cutoff_s is not None and sample > cutoff_s
 
 
 def _enough(samples: list[float], started: float, plan: TimingPlan) -> bool:
@@ -51,9 +62,16 @@ def _enough(samples: list[float], started: float, plan: TimingPlan) -> bool:
     return len(samples) >= plan.min_runs and time.perf_counter() - started >= plan.min_seconds
 
 
-def _cpu_samples(run: Callable[[], None], plan: TimingPlan, flush: Callable[[], None] | None = None) -> list[float]:
-    for _ in range(plan.warmup):
+def _cpu_samples(run: Callable[[], None], plan: TimingPlan, flush: Callable[[], None] | None = None,
+                 cutoff_s: float | None = None) -> tuple[list[float], bool]:
+    """One call a sample; with a cutoff, a first (warm-up) call over twice the cutoff, or a first sample
+    over it, cuts the timing short."""
+    for number in range(plan.warmup):
+        t0 = time.perf_counter()
         run()
+        first = time.perf_counter() - t0
+        if number == 0 and cutoff_s is not None and first > 2 * cutoff_s:
+            return [first], True
     samples: list[float] = []
     started = time.perf_counter()
     while not _enough(samples, started, plan):
@@ -62,22 +80,35 @@ def _cpu_samples(run: Callable[[], None], plan: TimingPlan, flush: Callable[[], 
         t0 = time.perf_counter()
         run()
         samples.append(time.perf_counter() - t0)
-    return samples
+        if len(samples) == 1 and _above(samples[0], cutoff_s):
+            return samples, True
+    return samples, False
 
 
-def _cuda_samples(run: Callable[[], None], plan: TimingPlan) -> list[float]:
+def _cuda_samples(run: Callable[[], None], plan: TimingPlan, cutoff_s: float | None = None) -> tuple[list[float], bool]:
     """Replays of a CUDA graph holding a burst of launches (no host launch overhead in the
-    figure); launches issued from Python between events where the work cannot be captured."""
+    figure); launches issued from Python between events where the work cannot be captured. With a
+    cutoff, a kernel whose single launch is far above it (twice, plus what a launch from Python adds)
+    or whose first replay is above it is cut short there."""
     import torch
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     with torch.cuda.stream(side):  # warm-up off the default stream, as graph capture requires
-        for _ in range(max(1, plan.warmup)):
+        run()  # the first launch (it may load the kernel), then one between events
+        begin.record()
+        run()
+        end.record()
+        end.synchronize()
+        first = begin.elapsed_time(end) * 1e-3
+        if cutoff_s is not None and first > 2 * cutoff_s + LAUNCH_SLACK_S:
+            torch.cuda.synchronize()
+            return [first], True
+        for _ in range(max(0, plan.warmup - 2)):
             run()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     singles = []
     for _ in range(5):  # the fastest of a few: a host hiccup between the events must not shrink the burst
         begin.record()
@@ -96,7 +127,9 @@ def _cuda_samples(run: Callable[[], None], plan: TimingPlan) -> list[float]:
         end.record()
         end.synchronize()
         samples.append(begin.elapsed_time(end) * 1e-3 / burst)
-    return samples
+        if len(samples) == 1 and _above(samples[0], cutoff_s):
+            return samples, True
+    return samples, False
 
 
 def _capture(run: Callable[[], None], burst: int) -> Callable[[], None]:
@@ -119,8 +152,9 @@ def _capture(run: Callable[[], None], burst: int) -> Callable[[], None]:
         return launches
 
 
-def _cuda_cold_samples(run: Callable[[], None], plan: TimingPlan) -> list[float]:
-    """One launch per sample between two events, each after the L2 cache is flushed by reads."""
+def _cuda_cold_samples(run: Callable[[], None], plan: TimingPlan, cutoff_s: float | None = None) -> tuple[list[float], bool]:
+    """One launch per sample between two events, each after the L2 cache is flushed by reads; with a
+    cutoff, cut short after the first batch if its median is above it."""
     import torch
 
     properties = torch.cuda.get_device_properties(torch.cuda.current_device())
@@ -150,4 +184,6 @@ def _cuda_cold_samples(run: Callable[[], None], plan: TimingPlan) -> list[float]
             end.record()
         events[-1][1].synchronize()
         samples.extend(begin.elapsed_time(end) * 1e-3 for begin, end in events)
-    return samples
+        if len(samples) == len(events) and _above(statistics.median(samples), cutoff_s):
+            return samples, True
+    return samples, False

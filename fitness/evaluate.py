@@ -4,6 +4,13 @@ Verification: for every shape of the family, several trials on fresh random inpu
 poisoned with NaN before each run, compared with the family's reference in float64; NaN/Inf
 and unwritten elements fail. Benchmark: every shape, then fitness = median at the mission shape.
 The family's anchor is timed the same way in this same process.
+
+A workload run (``EvalConfig.workload``) verifies the family's shapes, then measures the workload's
+shapes as its ``ShapePlan`` says: in its order, each timed first (cut short above the plan's cutoff
+or four times the anchor's time there, whichever is lower), and a shape timed in full is verified
+there too; after the plan's probes it goes on only if the kernel was timed in full at one of them.
+Its anchor is the family's ``fallback`` (PyTorch's whole computation), and the fitness is the time at
+the workload's primary shape, which every plan times first.
 """
 
 from __future__ import annotations
@@ -19,17 +26,36 @@ from fitness.build import ARTIFACT_SUFFIX, cpu_name
 from fitness.records import (BuildResult, EvalResult, GateResult, GateRound, ScreenResult, ShapeCheck, ShapeTiming,
                              StageSeconds, Status)
 from kernel_genome import Genome
-from seeds import KernelFamily, ProblemShape
+from seeds import KernelFamily, ProblemShape, Workload
+
+ANCHOR_CUTOFF = 4.0  # a kernel over this many times the anchor's time at a shape is cut short there
 
 
 @dataclass(frozen=True)
 class EvalConfig:
     trials: int = 3  # fresh random inputs per shape
     cold_cache: bool = False  # time each run after flushing the last-level cache (fitness/benchmark.py)
+    workload: Workload | None = None  # the shapes a workload run times (None: the family's, fitness at the mission)
 
     def __post_init__(self) -> None:
         if self.trials < 1:
             raise ValueError(f"trials must be at least 1, got {self.trials}")
+
+
+@dataclass(frozen=True)
+class ShapePlan:
+    """How a workload run measures one genome: its shapes (by name) in the order to time them, the
+    first ``probes`` always, the rest only if the genome was timed in full at one of those (it was
+    below the cutoff there: among the best); ``cutoffs``: per shape, the time whose first sample above
+    it cuts the timing short (what the best kernels there allow)."""
+
+    order: tuple[str, ...]
+    probes: int
+    cutoffs: tuple[tuple[str, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.order or not 1 <= self.probes <= len(self.order):
+            raise ValueError(f"a shape plan needs shapes and 1 <= probes <= {len(self.order)}, got {self.probes}")
 
 
 class Evaluator:
@@ -46,6 +72,10 @@ class Evaluator:
         self._anchor: tuple[ShapeTiming, ...] | None = None
         self.anchor_pass_s: float | None = None  # wall seconds of timing the anchor on every shape
         self._secondary: dict[str, tuple[ShapeTiming, ...]] | None = None
+        self.workload = config.workload
+        # what the anchor times and where: a workload's shapes against PyTorch's whole computation
+        self.timed_shapes = self.workload.shapes if self.workload else family.shapes
+        self.anchor_run = family.fallback if self.workload else family.anchor
         family.prepare_evaluator()
 
     # -- the device this evaluator owns ---------------------------------------------------
@@ -72,16 +102,30 @@ class Evaluator:
     def anchor_timings(self) -> tuple[ShapeTiming, ...]:
         """The anchor timed on every shape, once per evaluator process."""
         if self._anchor is None:
+            if self.workload is not None:  # what the op falls back to must itself be right
+                wrong = [c for c in map(self.verify_fallback, self.timed_shapes) if not c.passed]
+                if wrong:
+                    raise RuntimeError(f"{self.family.fallback_label} fails the family's tolerance at {wrong[0].shape}: "
+                                       f"{wrong[0].message}")
             started = time.perf_counter()
-            self._anchor = tuple(self.time_anchor(self.family.anchor, shape) for shape in self.family.shapes)
+            self._anchor = tuple(self.time_anchor(self.anchor_run, shape) for shape in self.timed_shapes)
             self.anchor_pass_s = time.perf_counter() - started
         return self._anchor
+
+    def secondary_anchors(self) -> dict:
+        """The other implementations timed beside the anchor: the family's secondary anchors; in a workload
+        run without the costly ones, and with the family's bare anchor where the fallback is another."""
+        runs = self.family.secondary_anchors()
+        if self.workload is None:
+            return runs
+        runs = {name: run for name, run in runs.items() if name not in self.family.costly_anchors}
+        return {self.family.anchor_name: self.family.anchor, **runs} if self.family.fallback_name else runs
 
     def secondary_anchor_timings(self) -> dict[str, tuple[ShapeTiming, ...]]:
         """The family's other anchors (e.g. FA2 beside cuDNN), timed on every shape, once per process."""
         if self._secondary is None:
-            self._secondary = {name: tuple(self.time_anchor(run, shape) for shape in self.family.shapes)
-                               for name, run in self.family.secondary_anchors().items()}
+            self._secondary = {name: tuple(self.time_anchor(run, shape) for shape in self.timed_shapes)
+                               for name, run in self.secondary_anchors().items()}
         return self._secondary
 
     def time_anchor(self, anchor, shape: ProblemShape) -> ShapeTiming:
@@ -94,7 +138,8 @@ class Evaluator:
         return self.family.load(self._materialise(build), genome)
 
     # -- one candidate ------------------------------------------------------------------------
-    def evaluate(self, genome: Genome, build: BuildResult, screened: ScreenResult) -> EvalResult:
+    def evaluate(self, genome: Genome, build: BuildResult, screened: ScreenResult,
+                 plan: ShapePlan | None = None) -> EvalResult:
         stages = StageSeconds(build=build.seconds, screen=screened.seconds)
         common = dict(usage=screened.usage, artifact_key=build.artifact_key, worker=platform.node())
         if screened.status is not Status.OK:
@@ -121,6 +166,8 @@ class Evaluator:
             message = "; ".join(f"{c.shape}: {c.message}" for c in failed)
             return EvalResult(build.genome_id, Status.INCORRECT, message, None, checks=checks, anchor=anchor,
                               stages=stages, **common)
+        if self.workload is not None:
+            return self._measure_workload(genome, kernel, plan or self.full_plan(), checks, stages, anchor, common)
         started = time.perf_counter()
         try:
             timings = tuple(self.time_shape(kernel, shape) for shape in self.family.shapes)
@@ -132,23 +179,102 @@ class Evaluator:
         return EvalResult(build.genome_id, Status.OK, "", mission.median_s, checks=checks, timings=timings,
                           anchor=anchor, stages=stages, **common)
 
-    def gate(self, genome: Genome, build: BuildResult, target_s: float, rounds: int) -> GateResult:
-        """Re-verify every shape and re-time the mission ``rounds`` times; stop at the first miss."""
+    def full_plan(self) -> ShapePlan:
+        """Every workload shape, the primary first, all of them probes (no early stop)."""
+        primary = self.workload.primary.name
+        order = (primary,) + tuple(s.name for s in self.workload.shapes if s.name != primary)
+        return ShapePlan(order, len(order))
+
+    def _measure_workload(self, genome: Genome, kernel, plan: ShapePlan, checks: tuple[ShapeCheck, ...],
+                          stages: StageSeconds, anchor: tuple[ShapeTiming, ...], common: dict) -> EvalResult:
+        genome_id = genome.id
+        anchors = {t.shape: t.median_s for t in anchor}
+        cutoffs = dict(plan.cutoffs)
+        timings: list[ShapeTiming] = []
+        checks = list(checks)
+        competitive = False
+        started, verify_s = time.perf_counter(), 0.0
+        try:
+            for index, name in enumerate(plan.order):
+                if index == plan.probes and not competitive:
+                    break
+                shape = self.workload.shape(name)
+                if not self.family.takes(genome, shape):  # its op runs PyTorch there
+                    continue
+                limits = [x for x in (cutoffs.get(name), ANCHOR_CUTOFF * anchors[name] if name in anchors else None)
+                          if x is not None]
+                timing = self.time_shape(kernel, shape, min(limits) if limits else None)
+                if not timing.cut_short:
+                    verify_started = time.perf_counter()
+                    check = self.verify_shape(kernel, shape)
+                    verify_s += time.perf_counter() - verify_started
+                    checks.append(check)
+                    if not check.passed:
+                        stages = StageSeconds(stages.build, stages.screen, stages.verify + verify_s,
+                                              time.perf_counter() - started - verify_s)
+                        return EvalResult(genome_id, Status.INCORRECT,
+                                          f"{check.shape}: {check.message}", None, checks=tuple(checks), anchor=anchor,
+                                          stages=stages, **common)
+                    competitive = True
+                timings.append(timing)
+        except Exception as exc:
+            return EvalResult(genome_id, Status.CRASHED, f"kernel raised during the workload's shapes: {exc}", None,
+                              checks=tuple(checks), anchor=anchor, stages=stages, **common)
+        stages = StageSeconds(stages.build, stages.screen, stages.verify + verify_s,
+                              time.perf_counter() - started - verify_s)
+        primary = next((t for t in timings if t.shape == self.workload.primary.name), None)
+        if primary is None:
+            return EvalResult(genome_id, Status.SCREENED_OUT, f"this kernel cannot run the workload's primary shape "
+                              f"{self.workload.primary.name}", None, checks=tuple(checks), anchor=anchor,
+                              stages=stages, **common)
+        message = ""
+        if len(timings) < len(self.workload.shapes):
+            message = (f"timed at {len(timings)} of {len(self.workload.shapes)} shapes: slower than the best at "
+                       f"each of its {plan.probes} probe shapes")
+        return EvalResult(genome_id, Status.OK, message, primary.median_s, checks=tuple(checks), timings=tuple(timings),
+                          anchor=anchor, stages=stages, **common)
+
+    def shape_named(self, name: str) -> ProblemShape:
+        """A shape of the workload (first) or of the family, by name."""
+        for shape in (self.workload.shapes if self.workload else ()) + self.family.shapes:
+            if shape.name == name:
+                return shape
+        raise KeyError(name)
+
+    def gate(self, genome: Genome, build: BuildResult, targets, rounds: int, with_anchor: bool = False) -> GateResult:
+        """Re-verify every shape (the family's and the gated ones) and re-time the gated shapes (``targets``:
+        (shape name, limit in seconds or None)) ``rounds`` times, with ``with_anchor`` the anchor beside
+        each; stop at the first miss."""
+        targets = tuple((name, limit) for name, limit in targets)
+        first_limit = targets[0][1]
         kernel = self.load(genome, build)
+        gated = [self.shape_named(name) for name, _ in targets]
+        checked = list(self.family.shapes) + [s for s in gated if s not in self.family.shapes]
         done: list[GateRound] = []
-        mission = self.family.mission_shape
+
+        def result(passed: bool, message: str = "") -> GateResult:
+            return GateResult(genome.id, first_limit, passed, tuple(done), message, targets)
+
         for number in range(1, rounds + 1):
-            failed = [c for c in (self.verify_shape(kernel, shape) for shape in self.family.shapes) if not c.passed]
+            failed = [c for c in (self.verify_shape(kernel, shape) for shape in checked) if not c.passed]
             if failed:
                 message = f"round {number}: " + "; ".join(f"{c.shape}: {c.message}" for c in failed)
                 done.append(GateRound(False, None, message))
-                return GateResult(genome.id, target_s, False, tuple(done), message)
-            seconds = self.time_shape(kernel, mission).median_s
-            done.append(GateRound(True, seconds))
-            if seconds > target_s:
-                message = f"round {number}: {seconds * 1e6:.2f} us is over the target {target_s * 1e6:.2f} us"
-                return GateResult(genome.id, target_s, False, tuple(done), message)
-        return GateResult(genome.id, target_s, True, tuple(done))
+                return result(False, message)
+            times, anchor_times = [], []
+            for shape in gated:
+                times.append((shape.name, self.time_shape(kernel, shape).median_s))
+                if with_anchor:
+                    anchor_times.append((shape.name, self.time_anchor(self.anchor_run, shape).median_s))
+            done.append(GateRound(True, times[0][1], "", tuple(times), tuple(anchor_times)))
+            over = [(name, seconds, limit) for (name, seconds), (_, limit) in zip(times, targets)
+                    if limit is not None and seconds > limit]
+            if over:
+                name, seconds, limit = over[0]
+                where = f" at {name}" if len(targets) > 1 else ""
+                return result(False, f"round {number}: {seconds * 1e6:.2f} us{where} is over the target "
+                                     f"{limit * 1e6:.2f} us")
+        return result(True)
 
     def _materialise(self, build: BuildResult) -> Path:
         if build.artifact is None:
@@ -168,16 +294,28 @@ class Evaluator:
             output.fill_(-1)
 
     def verify_shape(self, kernel, shape: ProblemShape) -> ShapeCheck:
-        torch = self._torch
-        tolerance = self.family.tolerance
-        worst_abs, worst_rel = 0.0, 0.0
-        for trial in range(self.config.trials):
-            inputs = self.family.make_inputs(shape, self._generator(secrets.randbits(63)))
+        """The kernel on ``trials`` fresh inputs, its output poisoned before each run, against the reference."""
+        def run(inputs):
             output = self.family.make_output(shape)
             self._poison(output)
             self._synchronize()
             self.family.launch(kernel, shape, inputs, output)
             self._synchronize()
+            return output
+
+        return self._verify(shape, run, self.config.trials)
+
+    def verify_fallback(self, shape: ProblemShape) -> ShapeCheck:
+        """PyTorch's whole computation (what a workload's op falls back to), once, against the reference."""
+        return self._verify(shape, lambda inputs: self.family.fallback(shape, inputs), 1)
+
+    def _verify(self, shape: ProblemShape, run, trials: int) -> ShapeCheck:
+        torch = self._torch
+        tolerance = self.family.tolerance
+        worst_abs, worst_rel = 0.0, 0.0
+        for trial in range(trials):
+            inputs = self.family.make_inputs(shape, self._generator(secrets.randbits(63)))
+            output = run(inputs)
             expected = self.family.reference(shape, inputs).double()
             got = output.double()
             if got.shape != expected.shape:
@@ -198,11 +336,11 @@ class Evaluator:
                 return ShapeCheck(shape.name, False, worst_abs, worst_rel, trial + 1,
                                   f"max abs error {max_abs:.3g} ({beyond} outputs beyond {limit}), relative L2 "
                                   f"error {rel:.3g} (limit {tolerance.max_rel_l2:g}) in trial {trial + 1}")
-        return ShapeCheck(shape.name, True, worst_abs, worst_rel, self.config.trials)
+        return ShapeCheck(shape.name, True, worst_abs, worst_rel, trials)
 
-    def time_shape(self, kernel, shape: ProblemShape) -> ShapeTiming:
+    def time_shape(self, kernel, shape: ProblemShape, cutoff_s: float | None = None) -> ShapeTiming:
         inputs = self.family.make_inputs(shape, self._generator(secrets.randbits(63)))
         output = self.family.make_output(shape)
         return time_runs(lambda: self.family.launch(kernel, shape, inputs, output), self.family.device,
-                         self.family.timing, shape.name, self.config.cold_cache)
+                         self.family.timing, shape.name, self.config.cold_cache, cutoff_s)
 

@@ -70,11 +70,16 @@ class ShapeCheck:
 
 @dataclass(frozen=True)
 class ShapeTiming:
+    """``cut_short``: the first sample was above the cutoff the evaluation plan gave for this shape (the
+    kernel cannot be among the best there), so timing stopped after it and the shape was not verified;
+    the figure is that one sample."""
+
     shape: str
     median_s: float
     p90_s: float
     stdev_s: float
     runs: int
+    cut_short: bool = False
 
 
 @dataclass(frozen=True)
@@ -110,23 +115,29 @@ class EvalResult:
 
 @dataclass(frozen=True)
 class GateRound:
-    """One round of the hard gate: every shape re-verified on fresh inputs, the mission re-timed."""
+    """One round of the hard gate: every shape re-verified on fresh inputs, the gated shapes re-timed
+    (``mission_s``: the first of them), and with ``anchor_times`` the anchor re-timed beside them."""
 
     verified: bool
     mission_s: float | None
     message: str = ""
+    times: tuple[tuple[str, float], ...] = ()  # (shape, seconds) for every gated shape timed this round
+    anchor_times: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
 class GateResult:
     """The hard gate before a target is reported met: ``rounds`` consecutive rounds, each verified
-    and each timed within ``target_s``. A kernel that fails any round does not meet the target."""
+    and each timed within its target (``targets``: (shape, seconds or None for no limit); ``target_s``:
+    the first). A kernel that fails any round does not meet the target. With no limit at all it is a
+    confirmation: the winners of a workload re-verified and re-timed beside the anchor."""
 
     genome_id: str
-    target_s: float
+    target_s: float | None
     passed: bool
     rounds: tuple[GateRound, ...]
     message: str = ""
+    targets: tuple[tuple[str, float | None], ...] = ()
 
 
 def to_jsonable(value: Any) -> Any:

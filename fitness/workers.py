@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from fitness.build import BuildConfig, Builder
-from fitness.evaluate import EvalConfig, Evaluator
+from fitness.evaluate import EvalConfig, Evaluator, ShapePlan
 from fitness.records import BuildResult, EvalResult, GateResult, ScreenResult, StageSeconds, Status, to_jsonable
 from fitness.screen import screen
 from kernel_genome import Genome
@@ -95,13 +95,14 @@ class EvaluatorActor:
         anchor = self.evaluator.anchor_timings()
         return anchor, self.evaluator.secondary_anchor_timings(), self.evaluator.anchor_pass_s
 
-    def evaluate(self, genome_json: str, build: BuildResult, screened: ScreenResult) -> EvalResult:
+    def evaluate(self, genome_json: str, build: BuildResult, screened: ScreenResult,
+                 plan: ShapePlan | None = None) -> EvalResult:
         genome = self.evaluator.family.space.genome_from_json(genome_json)
-        return self.evaluator.evaluate(genome, build, screened)
+        return self.evaluator.evaluate(genome, build, screened, plan)
 
-    def gate(self, genome_json: str, build: BuildResult, target_s: float, rounds: int) -> GateResult:
+    def gate(self, genome_json: str, build: BuildResult, targets, rounds: int, with_anchor: bool) -> GateResult:
         genome = self.evaluator.family.space.genome_from_json(genome_json)
-        return self.evaluator.gate(genome, build, target_s, rounds)
+        return self.evaluator.gate(genome, build, targets, rounds, with_anchor)
 
 
 @dataclass(frozen=True)
@@ -146,12 +147,17 @@ def start_ray(address: str | None) -> Callable[[], None]:
 
 
 class Pipeline:
-    def __init__(self, family: KernelFamily, config: PipelineConfig) -> None:
+    """``plan_for``: in a workload run, how to measure a genome (asked when it is dispatched to an
+    evaluator, so that the plan's cutoffs are the best times known then)."""
+
+    def __init__(self, family: KernelFamily, config: PipelineConfig,
+                 plan_for: Callable[[Genome], ShapePlan] | None = None) -> None:
         import ray
 
         self._ray = ray
         self.family = family
         self.config = config
+        self._plan_for = plan_for
         self._build_task = ray.remote(num_cpus=1, max_retries=1)(build_and_screen)
         resources = {"num_gpus": 1, "num_cpus": 1} if family.device == "cuda" else {"num_cpus": 1}
         self._actor_class = ray.remote(max_restarts=0, **resources)(EvaluatorActor)
@@ -216,12 +222,15 @@ class Pipeline:
                 by_id[item.genome.id] = item.result
         return [by_id[g.id] for g in genomes]
 
-    def gate(self, genome: Genome, target_s: float, rounds: int) -> GateResult:
-        """The hard gate on one evaluated genome, on the first evaluator that falls idle (nothing else
-        is dispatched meanwhile; what finishes meanwhile is returned by the next ``poll``)."""
+    def gate(self, genome: Genome, targets, rounds: int, with_anchor: bool = False) -> GateResult:
+        """The hard gate on one evaluated genome (``targets``: (shape, limit or None), see
+        ``Evaluator.gate``), on the first evaluator that falls idle (nothing else is dispatched
+        meanwhile; what finishes meanwhile is returned by the next ``poll``)."""
+        targets = tuple(targets)
+        target_s = targets[0][1]
         build, screened = build_and_screen(self.family.reference_key, genome.to_json(), self.config.build)
         if screened.status is not Status.OK:  # the artifact is cached: this is a lookup, not a compile
-            return GateResult(genome.id, target_s, False, (), f"rebuilding for the gate: {screened.message}")
+            return GateResult(genome.id, target_s, False, (), f"rebuilding for the gate: {screened.message}", targets)
         self._holding = True
         try:
             while True:
@@ -230,17 +239,19 @@ class Pipeline:
                     break
                 self._step(0.5)
             slot = idle[0]
-            ref = slot.actor.gate.remote(genome.to_json(), build, target_s, rounds)
+            ref = slot.actor.gate.remote(genome.to_json(), build, targets, rounds, with_anchor)
             limit = self._watchdog_s(slot) * rounds
             ready, _ = self._ray.wait([ref], timeout=limit)
             if not ready:
                 self._replace(slot)
-                return GateResult(genome.id, target_s, False, (), f"no gate result after {limit:g} s; evaluator killed")
+                return GateResult(genome.id, target_s, False, (), f"no gate result after {limit:g} s; evaluator killed",
+                                  targets)
             try:
                 return self._ray.get(ref)
             except self._ray.exceptions.RayError as exc:
                 self._replace(slot)
-                return GateResult(genome.id, target_s, False, (), f"the gate crashed the evaluator: {_short(exc)}")
+                return GateResult(genome.id, target_s, False, (), f"the gate crashed the evaluator: {_short(exc)}",
+                                  targets)
         finally:
             self._holding = False
 
@@ -369,7 +380,8 @@ class Pipeline:
             if slot.anchor_ref is None and slot.job is None:
                 job = self._ready.popleft()
                 slot.job, slot.job_started = job, time.monotonic()
-                slot.job_ref = slot.actor.evaluate.remote(job.genome.to_json(), job.build, job.screened)
+                plan = self._plan_for(job.genome) if self._plan_for is not None else None
+                slot.job_ref = slot.actor.evaluate.remote(job.genome.to_json(), job.build, job.screened, plan)
 
     def _finish(self, genome: Genome, result: EvalResult) -> None:
         self._finished.append(Finished(genome, result))

@@ -9,9 +9,12 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
 
 from kernel_genome import Genome, Space
+
+if TYPE_CHECKING:
+    from seeds._workload import Workload
 
 Device = Literal["cpu", "cuda"]
 
@@ -102,6 +105,19 @@ class KernelFamily(abc.ABC):
     # the GPU its kernels need, e.g. (10, 0) for sm_100a code; None: any device of its kind. On
     # another GPU (or none) its genomes are built and screened, then recorded as unverified
     compute_capability: tuple[int, int] | None = None
+    # named, weighted sets of shapes of real models (seeds/_workload.py): `evo search --workload NAME`
+    workloads: tuple["Workload", ...] = ()
+    # dimensions that are switches (0 or 1, e.g. causal); every other dimension is a size >= 1
+    flag_dims: tuple[str, ...] = ()
+    # dimensions a dispatching op never crosses when it picks the nearest workload shape (the flags
+    # always; e.g. a head dimension), see seeds/_dispatch.py
+    categorical_dims: tuple[str, ...] = ()
+    # PyTorch's own computation of the whole result (what a workload's op falls back to, and a workload
+    # run's anchor); "" when the anchor is that computation (see ``fallback``)
+    fallback_name: str = ""
+    # secondary anchors a workload run leaves out (each would cost minutes over many shapes, e.g. a
+    # torch.compile that compiles once per shape)
+    costly_anchors: frozenset[str] = frozenset()
 
     @property
     def reference_key(self) -> str:
@@ -147,6 +163,68 @@ class KernelFamily(abc.ABC):
     def secondary_anchors(self) -> dict[str, Callable[[ProblemShape, Sequence[Any]], Any]]:
         """Other implementations to compare with (name -> callable like ``anchor``), timed the same way."""
         return {}
+
+    def fallback(self, shape: ProblemShape, inputs: Sequence[Any]) -> Any:
+        """PyTorch's own computation of the result the kernels compute (verified like a kernel): where a
+        workload's op has no kernel faster, it runs this. Default: the anchor, when that is the whole
+        computation (``fallback_name`` empty)."""
+        return self.anchor(shape, inputs)
+
+    @property
+    def fallback_label(self) -> str:
+        return self.fallback_name or self.anchor_name
+
+    # -- shapes and workloads -------------------------------------------------------------------
+    @property
+    def dimensions(self) -> tuple[str, ...]:
+        """The names of a shape's dimensions (the mission shape's)."""
+        return tuple(name for name, _ in self.shapes[0].dims)
+
+    def validate_shape(self, shape: ProblemShape) -> None:
+        """ValueError unless ``shape`` names exactly the family's dimensions, whole numbers (flags 0
+        or 1, sizes >= 1), and passes ``check_shape``."""
+        dims = dict(shape.dims)
+        unknown = [k for k in dims if k not in self.dimensions]
+        if unknown:
+            raise ValueError(f"unknown dimension {unknown[0]!r} ({self.name}'s dimensions: {', '.join(self.dimensions)})")
+        missing = [k for k in self.dimensions if k not in dims]
+        if missing:
+            raise ValueError(f"missing dimension {missing[0]!r} ({self.name}'s dimensions: {', '.join(self.dimensions)})")
+        for name, value in dims.items():
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"dimension {name} must be a whole number, got {value!r}")
+            if name in self.flag_dims and value not in (0, 1):
+                raise ValueError(f"dimension {name} is a switch: 0 or 1, not {value}")
+            if name not in self.flag_dims and value < 1:
+                raise ValueError(f"dimension {name} must be at least 1, not {value}")
+        self.check_shape(shape)
+
+    def check_shape(self, shape: ProblemShape) -> None:
+        """ValueError naming what the family's kernels cannot take in ``shape`` (beyond ``validate_shape``)."""
+
+    def takes(self, genome: Genome, shape: ProblemShape) -> bool:
+        """Whether this genome's kernel can run ``shape`` at all (default: every kernel takes every shape the
+        family takes). A workload search skips a shape a genome cannot take; its op runs PyTorch there."""
+        return True
+
+    def shape_distance(self, a: Mapping[str, int], b: Mapping[str, int]) -> float:
+        """How far two shapes are, for a dispatching op's choice of the nearest workload shape."""
+        from seeds._dispatch import distance
+
+        return distance(a, b, self.flag_dims + self.categorical_dims)
+
+    def workload(self, name: str) -> "Workload":
+        """One of the family's built-in workloads; ValueError naming the known ones."""
+        for w in self.workloads:
+            if w.name == name:
+                return w
+        known = ", ".join(w.name for w in self.workloads) or "none"
+        raise ValueError(f"family {self.name} has no workload {name!r} (its workloads: {known}; or give a TOML file)")
+
+    def knobs_read(self, shape: ProblemShape) -> frozenset[str]:
+        """The knobs that change the kernel this shape runs (default: all); a knob importance view
+        credits only these."""
+        return frozenset(k.name for k in self.space.knobs)
 
     def flops(self, shape: ProblemShape) -> float:
         return 0.0

@@ -87,7 +87,7 @@ def gate(family, genome, tmp_path, target_s, rounds=10):
     build = Builder(BuildConfig(tmp_path / "cache")).build(genome.id, recipe)
     evaluator = Evaluator(family, EvalConfig(trials=1), tmp_path / "loaded")
     first = evaluator.evaluate(genome, build, screen(build, recipe.output, family.screen_limits))
-    return first, evaluator.gate(genome, build, target_s, rounds)
+    return first, evaluator.gate(genome, build, [(family.mission_shape.name, target_s)], rounds)
 
 
 def test_the_hard_gate_passes_a_steady_correct_kernel_ten_times(tmp_path):

@@ -24,7 +24,7 @@ def test_the_package_holds_the_launcher_and_needs_no_evo(tmp_path):
     module = f"nvfp4_gemm_{genome.id}"
     assert {p.name for p in out.iterdir()} == {"kernel.cu", "kernel.cubin", "build.sh", f"{module}.py",
                                                "metadata.json", "selfcheck.py", "nvfp4_launch.py",
-                                               "nvfp4_formats.py", "evo_cuda.py", "evo_flush.py"}
+                                               "nvfp4_formats.py", "evo_cuda.py", "evo_flush.py", "evo_dispatch.py"}
     assert "#define SPLIT_CLUSTER_L2 1" in (out / "kernel.cu").read_text()
     # verified as the evaluator verifies: |out - ref| <= 1e-3 + 1e-3 |ref| elementwise
     assert json.loads((out / "metadata.json").read_text())["tolerance"] == dict(max_abs=1e-3, max_rel_l2=1e-3, rtol=1e-3)
@@ -37,8 +37,9 @@ def test_the_package_holds_the_launcher_and_needs_no_evo(tmp_path):
         import {module} as k, nvfp4_launch as plan
         metadata = json.load(open({str(out / "metadata.json")!r}))
         fits = {fits!r}
-        got = {{s["name"]: [list(plan.grid(k.GENOME, s, plan.splits(k.GENOME, s, 132, fits.__getitem__))),
-                             plan.shared_bytes(k.GENOME)] for s in metadata["shapes"]}}
+        genome = k.KERNELS[k.DISPATCH.table.default]["genome"]  # the one kernel, every shape's default
+        got = {{s["name"]: [list(plan.grid(genome, s, plan.splits(genome, s, 132, fits.__getitem__))),
+                             plan.shared_bytes(genome)] for s in metadata["shapes"]}}
         print(json.dumps(got))
         a = torch.zeros(128, 1024, dtype=torch.uint8)
         refuses(k.gemm, (a, a, torch.zeros(128, 128, dtype=torch.uint8), torch.zeros(128, 128, dtype=torch.uint8)))

@@ -24,7 +24,7 @@ def test_the_package_holds_the_launcher_and_needs_no_evo(tmp_path):
     module = f"vit_gemm_{genome.id}"
     assert {p.name for p in out.iterdir()} == {"kernel.cu", "kernel.cubin", "build.sh", f"{module}.py",
                                                "metadata.json", "selfcheck.py", "vit_gemm_launch.py",
-                                               "vit_gemm_problem.py", "evo_cuda.py", "evo_flush.py"}
+                                               "vit_gemm_problem.py", "evo_cuda.py", "evo_flush.py", "evo_dispatch.py"}
     assert "#define CLUSTER 2" in (out / "kernel.cu").read_text()
     from seeds.vit_gemm.launch import blocks, shared_bytes
 
@@ -33,7 +33,8 @@ def test_the_package_holds_the_launcher_and_needs_no_evo(tmp_path):
         import json, torch
         import {module} as k, vit_gemm_launch as plan
         metadata = json.load(open({str(out / "metadata.json")!r}))
-        print(json.dumps({{s["name"]: [plan.blocks(k.GENOME, s, 132), plan.shared_bytes(k.GENOME)]
+        genome = k.KERNELS[k.DISPATCH.table.default]["genome"]  # the one kernel, every shape's default
+        print(json.dumps({{s["name"]: [plan.blocks(genome, s, 132), plan.shared_bytes(genome)]
                            for s in metadata["shapes"]}}))
         x, w = torch.zeros(2, 196, 768, dtype=torch.bfloat16), torch.zeros(768, 768, dtype=torch.bfloat16)
         refuses(k.patch_embed, (x, w, torch.zeros(768), torch.zeros(196, 768)))

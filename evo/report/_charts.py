@@ -35,7 +35,8 @@ TITLES = {"convergence_evaluations": "Convergence against evaluations",
           "convergence_time": "Convergence against wall time",
           "generations": "Population spread per generation",
           "statuses": "Evaluations by status",
-          "importance": "Which knobs explain the time"}
+          "importance": "Which knobs explain the time",
+          "shapes": "Speedup of the fastest kernel over the anchor, per shape"}
 
 
 def _reference_lines(axes, report: LineageReport) -> None:
@@ -48,11 +49,11 @@ def _reference_lines(axes, report: LineageReport) -> None:
 
 
 def _time_chart(plt, figure, axes, report: LineageReport, xlabel: str, name: str) -> bytes:
-    """Finish a chart of mission-shape times: anchor and target lines, log axis, labels, PNG."""
+    """Finish a chart of the fitness shape's times: anchor and target lines, log axis, labels, PNG."""
     _reference_lines(axes, report)
     axes.set_yscale("log")
     axes.set_xlabel(xlabel)
-    axes.set_ylabel("mission-shape time (us, log)")
+    axes.set_ylabel(f"time at {report.fitness_shape or 'the mission shape'} (us, log)")
     axes.set_title(TITLES[name])
     axes.legend(fontsize=8, loc="upper right")
     return _png(plt, figure)
@@ -111,6 +112,36 @@ def importance(report: LineageReport) -> bytes:
     return _png(plt, figure)
 
 
+PALETTE = ("#1c7ed6", "#2b8a3e", "#e8590c", "#7048e8", "#c2255c", "#0c8599", "#5c940d", "#862e9c", "#d9480f", "#364fc7")
+
+
+def shape_speedups(report: LineageReport) -> bytes:
+    """One bar a shape: the fastest verified kernel's speedup over the anchor (log scale), coloured by
+    kernel (which genome wins where); hatched where the op runs PyTorch instead."""
+    rows = [r for r in report.dispatch.rows if r.speedup]
+    plt, figure, axes = _figure(height=max(2.4, 0.26 * len(rows) + 1.2))
+    kernels = list(dict.fromkeys(r.genome_id for r in rows))
+    colours = {g: PALETTE[i % len(PALETTE)] for i, g in enumerate(kernels)}
+    bars = axes.barh([r.shape for r in rows], [r.speedup - 1.0 for r in rows], left=1.0,  # from the anchor's 1x
+                     color=[colours[r.genome_id] for r in rows])
+    for bar, r in zip(bars, rows):
+        if not r.chosen:
+            bar.set_hatch("///")
+            bar.set_alpha(0.45)
+    axes.axvline(1.0, color="#c92a2a", linewidth=1.2, linestyle="--", label="anchor")
+    axes.set_xscale("log")
+    low, high = min(r.speedup for r in rows), max(r.speedup for r in rows)
+    axes.set_xlim(min(low, 0.9) / 1.15, max(high, 1.1) * 1.15)
+    axes.invert_yaxis()
+    axes.set_xlabel("speedup over the anchor (log; hatched: the op runs PyTorch there)")
+    axes.set_title(TITLES["shapes"])
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=colours[g], label=g) for g in kernels[:len(PALETTE)]]
+    axes.legend(handles=[*axes.get_legend_handles_labels()[0], *handles], fontsize=7, loc="lower right")
+    return _png(plt, figure)
+
+
 def all_charts(report: LineageReport) -> dict[str, bytes]:
     """Chart name -> PNG; the importance chart only when importances could be computed."""
     charts = {"convergence_evaluations": convergence_by_evaluation(report),
@@ -119,4 +150,6 @@ def all_charts(report: LineageReport) -> dict[str, bytes]:
               "statuses": failures(report)}
     if any(k.importance is not None for k in report.knobs):
         charts["importance"] = importance(report)
+    if report.dispatch is not None and any(r.speedup for r in report.dispatch.rows):
+        charts = {"shapes": shape_speedups(report), **charts}
     return charts

@@ -70,6 +70,7 @@ class KnobEffect:
     importance: float | None  # share of the explained variation (sums to 1 over knobs), None if unknown
     best_value: object  # the value the fastest correct kernel had
     values: tuple[ValueEffect, ...]
+    read: bool = True  # False: the kernel timed for the fitness never reads this knob (no importance given)
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,8 @@ class LineageReport:
     failures: dict = field(default_factory=dict)  # status -> count (ok included)
     knobs: tuple[KnobEffect, ...] = ()
     importance_method: str = ""
+    fitness_shape: str = ""  # the shape whose time is the fitness (the mission, or a workload's primary)
+    dispatch: object | None = None  # a workload run's DispatchTable (evo/dispatch.py)
 
 
 def _naive(moment: datetime) -> datetime:
@@ -110,10 +113,19 @@ def _spread(times: list[float]) -> tuple[float | None, float | None, float | Non
 
 
 def build_report(store: Store, run_id: int, mission_anchor_s: float | None) -> LineageReport:
-    """Everything the report shows for ``run_id``; raises ValueError if the run does not exist."""
+    """Everything the report shows for ``run_id``; raises ValueError if the run does not exist. In a
+    workload run the lineage is that of the kernel winning the most weight of the workload."""
+    from evo.dispatch import dispatch_table
+    from seeds import get_family, parse_workload
+
     run = store.get_run(run_id)
     if run is None:
         raise ValueError(f"run {run_id} does not exist")
+    family = get_family(run.family)
+    workload = parse_workload(family, run.config["workload"], f"run {run.id}'s workload") \
+        if (run.config or {}).get("workload") else None
+    fitness_shape = workload.primary if workload else family.mission_shape
+    table = dispatch_table(store, run_id, family, workload) if workload else None
     history = {h.individual_id: h for h in store.history(run_id)}
     evaluations = store.evaluations(run_id)
     edges = tuple(Edge(p, c, op, tuple(k)) for p, c, op, k in store.lineage(run_id))
@@ -122,6 +134,12 @@ def build_report(store: Store, run_id: int, mission_anchor_s: float | None) -> L
         parents.setdefault(edge.child_id, []).append(edge)
     best = store.best(run_id, limit=1)
     best_id = best[0][0].id if best else None
+    if table is not None and any(r.individual_id for r in table.rows):
+        won: Counter = Counter()
+        for r in table.rows:
+            if r.individual_id:
+                won[r.individual_id] += r.weight * (2 if r.chosen else 1)  # the op's kernels first
+        best_id = won.most_common(1)[0][0]
     steps = _ancestry(best_id, history, parents) if best_id else ()
     labels = {i: (h.generation, h.origin, h.status, h.fitness_s) for i, h in history.items()}
     return LineageReport(
@@ -131,7 +149,9 @@ def build_report(store: Store, run_id: int, mission_anchor_s: float | None) -> L
         ancestors=frozenset(_all_ancestors(best_id, parents)) if best_id else frozenset(),
         edges=edges, labels=labels, points=_points(run, evaluations), generations=_generations(evaluations),
         failures=dict(Counter(e.status for e in evaluations)),
-        knobs=_knob_effects(evaluations), importance_method=IMPORTANCE_METHOD)
+        knobs=_knob_effects(evaluations, family.knobs_read(fitness_shape)),
+        importance_method=IMPORTANCE_METHOD.format(shape=fitness_shape.name), fitness_shape=fitness_shape.name,
+        dispatch=table)
 
 
 def _ancestry(best_id: int, history: dict, parents: dict[int, list[Edge]]) -> tuple[Step, ...]:
@@ -193,13 +213,14 @@ def _generations(evaluations: list[EvaluationRow]) -> tuple[GenerationSpread, ..
 
 
 IMPORTANCE_METHOD = ("Optuna's PED-ANOVA importance (optuna.importance.PedAnovaImportanceEvaluator) over the "
-                     "correct evaluations, on log10 of the mission-shape time")
+                     "correct evaluations, on log10 of the time at {shape}, among the knobs the kernel timed there "
+                     "reads (the others get none)")
 
 
-def _knob_effects(evaluations: list[EvaluationRow]) -> tuple[KnobEffect, ...]:
+def _knob_effects(evaluations: list[EvaluationRow], read: frozenset[str]) -> tuple[KnobEffect, ...]:
     correct = [e for e in evaluations if e.status == OK and e.fitness_s is not None]
     knobs = sorted({k for e in evaluations for k in e.genome})
-    importance = _importance(correct, knobs)
+    importance = _importance(correct, [k for k in knobs if k in read])
     effects = []
     for knob in knobs:
         values = sorted({_key(e.genome.get(knob)) for e in evaluations}, key=str)
@@ -210,7 +231,8 @@ def _knob_effects(evaluations: list[EvaluationRow]) -> tuple[KnobEffect, ...]:
             best, median, _ = _spread(times)
             per_value.append(ValueEffect(value, len(rows), len(times), best, median))
         fastest = min((v for v in per_value if v.best_s is not None), key=lambda v: v.best_s, default=None)
-        effects.append(KnobEffect(knob, importance.get(knob), fastest.value if fastest else None, tuple(per_value)))
+        effects.append(KnobEffect(knob, importance.get(knob), fastest.value if fastest else None, tuple(per_value),
+                                  knob in read))
     effects.sort(key=lambda k: (-(k.importance or 0.0), k.knob))
     return tuple(effects)
 

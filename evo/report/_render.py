@@ -33,14 +33,51 @@ def _how(step: Step) -> str:
 def _summary(report: LineageReport) -> list[tuple[str, str]]:
     run = report.run
     speedup = f"{report.anchor_s / report.best_s:.2f}x" if report.anchor_s and report.best_s else "-"
-    return [("family", run.family), ("strategy", run.strategy), ("status", run.status),
+    rows = [("family", run.family), ("strategy", run.strategy), ("status", run.status),
             ("evaluations", str(sum(report.failures.values()))),
-            ("target", f"{run.target or '-'} ({format_seconds(report.target_s)})"),
-            ("anchor (mission shape)", format_seconds(report.anchor_s)),
+            ("target", f"{run.target or '-'} ({format_seconds(report.target_s)}"
+                       + (" at the primary shape; every shape's target is to its own anchor)" if report.dispatch
+                          else ")")),
+            (f"anchor ({report.fitness_shape})", format_seconds(report.anchor_s)),
             ("timing", "cold caches (flushed before each run)" if run.cold_cache
-             else "warm caches (back-to-back launches)"),
-            ("best kernel", f"individual {report.best_id}: {format_seconds(report.best_s)}, {speedup} vs anchor"),
-            ("best genome", " ".join(f"{k}={v}" for k, v in sorted((report.best_genome or {}).items())))]
+             else "warm caches (back-to-back launches)")]
+    if report.dispatch is not None:
+        table = report.dispatch
+        rows += [("workload", f"{table.workload.name}, {len(table.rows)} shapes, against {table.fallback}"),
+                 ("per shape", table.summary()),
+                 ("lineage shown", f"individual {report.best_id}, the kernel winning the most weight")]
+    else:
+        rows.append(("best kernel", f"individual {report.best_id}: {format_seconds(report.best_s)}, {speedup} vs anchor"))
+    rows.append(("its genome" if report.dispatch else "best genome",
+                 " ".join(f"{k}={v}" for k, v in sorted((report.best_genome or {}).items()))))
+    return rows
+
+
+SHAPE_HEADER = ["shape", "weight", "fastest kernel (individual)", "time", "anchor", "speedup", "op runs"]
+WINNER_HEADER = ["kernel (individual)", "fastest verified at", "weight", "the op runs it at"]
+
+
+def _shape_rows(report: LineageReport) -> list[list[str]]:
+    rows = []
+    for r in report.dispatch.rows if report.dispatch else ():
+        kernel = f"{r.genome_id} ({r.individual_id})" if r.genome_id else "-"
+        runs = "PyTorch" if not r.chosen else "kernel" + ("" if r.confirmed else " (unconfirmed)")
+        rows.append([r.shape, f"{r.weight:g}", kernel, format_seconds(r.kernel_s), format_seconds(r.anchor_s),
+                     f"{r.speedup:.2f}x" if r.speedup else "-", runs])
+    return rows
+
+
+def _winner_rows(report: LineageReport) -> list[list[str]]:
+    """Which genome wins where: each kernel that is the fastest verified one at some shape."""
+    winners: dict[str, list] = {}
+    for r in report.dispatch.rows if report.dispatch else ():
+        if r.genome_id:
+            winners.setdefault(r.genome_id, []).append(r)
+    total = sum(r.weight for r in report.dispatch.rows) if report.dispatch else 1.0
+    ordered = sorted(winners.items(), key=lambda item: -sum(r.weight for r in item[1]))
+    return [[f"{genome} ({rows[0].individual_id})", ", ".join(r.shape for r in rows),
+             f"{sum(r.weight for r in rows) / total:.0%}", ", ".join(r.shape for r in rows if r.chosen) or "-"]
+            for genome, rows in ordered]
 
 
 def _lineage_rows(report: LineageReport) -> list[list[str]]:
@@ -63,13 +100,19 @@ def _knob_rows(report: LineageReport) -> list[list[str]]:
     for k in report.knobs:
         per_value = "; ".join(f"{v.value}: {v.correct}/{v.evaluated}, {format_seconds(v.best_s)}, "
                               f"{format_seconds(v.median_s)}" for v in k.values)
-        rows.append([k.knob, f"{k.importance:.3f}" if k.importance is not None else "-", str(k.best_value), per_value])
+        importance = f"{k.importance:.3f}" if k.importance is not None else ("-" if k.read else "not read")
+        rows.append([k.knob, importance, str(k.best_value), per_value])
     return rows
 
 
 # -- json ---------------------------------------------------------------------------------------
 def to_json(report: LineageReport) -> str:
     data = asdict(report)
+    if report.dispatch is not None:
+        table = report.dispatch
+        data["dispatch"] = {"workload": table.workload.to_dict(), "fallback": table.fallback,
+                            "op_geomean": table.op_geomean, "kernel_geomean": table.kernel_geomean,
+                            "rows": [dict(asdict(r), speedup=r.speedup) for r in table.rows]}
     data["run"] = {k: (str(v) if k.endswith("_at") and v is not None else v) for k, v in data["run"].items()}
     data["ancestors"] = sorted(report.ancestors)
     data["labels"] = {str(k): v for k, v in report.labels.items()}
@@ -105,8 +148,12 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
 
 def to_markdown(report: LineageReport, chart_files: dict[str, str]) -> str:
     parts = [f"# Run {report.run.id}: how the best kernel was found", "",
-             _md_table(["", ""], [[k, v] for k, v in _summary(report)]), "",
-             "## Lineage of the best kernel (seed first)", "", _md_table(LINEAGE_HEADER, _lineage_rows(report)), ""]
+             _md_table(["", ""], [[k, v] for k, v in _summary(report)]), ""]
+    if report.dispatch is not None:
+        parts += ["## Per shape: the fastest verified kernel against the anchor", "",
+                  _md_table(SHAPE_HEADER, _shape_rows(report)), "", "## Which kernel wins where", "",
+                  _md_table(WINNER_HEADER, _winner_rows(report)), ""]
+    parts += ["## Lineage of the best kernel (seed first)", "", _md_table(LINEAGE_HEADER, _lineage_rows(report)), ""]
     for name, file in chart_files.items():
         parts += [f"## {TITLES[name]}", "", f"![{TITLES[name]}]({file})", ""]
     parts += ["## Generations", "", _md_table(GENERATION_HEADER, _generation_rows(report)), "",
@@ -153,9 +200,11 @@ def to_html(report: LineageReport, charts: dict[str, bytes]) -> str:
 <html lang="en"><head><meta charset="utf-8"><title>evo run {report.run.id}: lineage</title>
 <style>{STYLE}</style></head><body>
 <h1>Run {report.run.id}: how the best kernel was found</h1>
-<p class="note">Read from the evo database; every time is the mission-shape median measured by the evaluator,
+<p class="note">Read from the evo database; every time is a median measured by the evaluator (in the lineage,
+at {html.escape(report.fitness_shape)}),
 the anchor timed in the same process.</p>
 {_html_table([], [[k, v] for k, v in _summary(report)], css="summary")}
+{_html_shapes(report)}
 <h2>Lineage of the best kernel (seed first)</h2>
 <p class="note">Each row is one step through the closest parent (fewest differing knobs); "before" is that parent's time.</p>
 {_html_table(LINEAGE_HEADER, _lineage_rows(report), numeric={0, 1, 4, 5, 6}, css="lineage")}
@@ -166,6 +215,14 @@ the anchor timed in the same process.</p>
 {_html_table(KNOB_HEADER, _knob_rows(report), numeric={1})}
 </body></html>
 """
+
+
+def _html_shapes(report: LineageReport) -> str:
+    if report.dispatch is None:
+        return ""
+    return (f"<h2>Per shape: the fastest verified kernel against the anchor</h2>"
+            f"{_html_table(SHAPE_HEADER, _shape_rows(report), numeric={1, 3, 4, 5})}"
+            f"<h2>Which kernel wins where</h2>{_html_table(WINNER_HEADER, _winner_rows(report), numeric={2})}")
 
 
 def write_report(report: LineageReport, fmt: str, out: Path) -> list[Path]:

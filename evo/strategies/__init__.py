@@ -10,13 +10,14 @@ STRATEGIES: dict[str, type[Strategy]] = {
 }
 
 
-def make_strategy(name: str, space, *, seed: int, population: int, options=None) -> Strategy:
-    """A strategy by name; ``ValueError`` names an unknown strategy or option."""
+def make_strategy(name: str, space, *, seed: int, population: int, options=None, niches=None) -> Strategy:
+    """A strategy by name; ``ValueError`` names an unknown strategy or option. ``niches``: a workload's
+    shapes and weights."""
     try:
         cls = STRATEGIES[name]
     except KeyError:
         raise ValueError(f"unknown strategy {name!r}; choose one of {sorted(STRATEGIES)}") from None
-    return cls(space, seed=seed, population=population, options=options)
+    return cls(space, seed=seed, population=population, options=options, niches=niches)
 
 
 __all__ = [

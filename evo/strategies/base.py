@@ -33,22 +33,28 @@ class Proposal:
 
 @dataclass(frozen=True)
 class Observation:
-    """A finished evaluation as a strategy sees it: ``fitness_s`` is None when it failed."""
+    """A finished evaluation as a strategy sees it: ``fitness_s`` is None when it failed; in a workload
+    run ``shape_times`` holds its verified time at each shape it was timed at in full."""
 
     genome: Genome
     generation: int
     status: str
     fitness_s: float | None
+    shape_times: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
 
 class Strategy(abc.ABC):
     name: ClassVar[str]
     Options: ClassVar[type] = None  # a frozen dataclass of the strategy's options
 
-    def __init__(self, space: Space, *, seed: int, population: int, options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, space: Space, *, seed: int, population: int, options: Mapping[str, Any] | None = None,
+                 niches: Mapping[str, float] | None = None) -> None:
+        """``niches``: in a workload run, its shapes and their weights (a strategy may keep the best of
+        each shape apart, see EvolutionStrategy); None: one fitness, ``fitness_s``."""
         if population < 1:
             raise ValueError(f"population must be at least 1, got {population}")
         self.space = space
+        self.niches = dict(niches or {})
         self.seed = seed
         self.population = population
         self.options = parse_options(self.Options, options or {}, self.name)

@@ -1,6 +1,11 @@
 """EvoEngineer-style evolution: elites kept, rank-based parents, mutation + crossover,
 mutation strength raised while the best has stagnated (up to a bound, then again from the
-start, so the search stays near the elite). Never proposes a genome twice."""
+start, so the search stays near the elite). Never proposes a genome twice.
+
+In a workload run every shape is a niche: the pool is the best of every shape, taken in turns (each
+shape's best, then each one's second, ...), the elites are the kernels that win the most weight, and
+a parent is drawn by first drawing a shape (by its weight), then a rank among that shape's best; a
+crossover thus often joins the winners of two shapes. Progress is a new best at any shape."""
 
 from __future__ import annotations
 
@@ -41,20 +46,62 @@ class EvolutionStrategy(Strategy):
     name = "evolution"
     Options = EvolutionOptions
 
+    def _scores(self, o) -> dict[str, float]:
+        """What counts as progress for one observation: its time per niche (or its fitness)."""
+        if self.niches:
+            return dict(o.shape_times)
+        return {"": o.fitness_s} if o.fitness_s is not None else {}
+
     def stagnant_generations(self) -> int:
-        """Generations since the best fitness last improved (derived from the observations)."""
-        best_by_generation: dict[int, float] = {}
+        """Generations since the best fitness (in a workload run: any shape's best) last improved
+        (derived from the observations)."""
+        best_by_generation: dict[int, dict[str, float]] = {}
         for o in self.observations.values():
-            if o.fitness_s is not None:
-                best_by_generation[o.generation] = min(o.fitness_s, best_by_generation.get(o.generation, o.fitness_s))
+            bests = best_by_generation.setdefault(o.generation, {})
+            for key, value in self._scores(o).items():
+                bests[key] = min(value, bests.get(key, value))
         generations = sorted({o.generation for o in self.observations.values()})
-        if not best_by_generation:
+        if not any(best_by_generation.values()):
             return len(generations)
-        best, last_improvement = float("inf"), generations[0]
+        best: dict[str, float] = {}
+        last_improvement = generations[0]
         for g in generations:
-            if best_by_generation.get(g, float("inf")) < best:
-                best, last_improvement = best_by_generation[g], g
+            improved = False
+            for key, value in best_by_generation.get(g, {}).items():
+                if value < best.get(key, float("inf")):
+                    best[key], improved = value, True
+            if improved:
+                last_improvement = g
         return sum(1 for g in generations if g > last_improvement)
+
+    def niche_rankings(self) -> dict[str, list]:
+        """Per workload shape, the genomes timed in full there, fastest first."""
+        ranked: dict[str, list] = {shape: [] for shape in self.niches}
+        for o in sorted(self.observations.values(), key=lambda o: (o.generation, o.genome.id)):
+            for shape, seconds in o.shape_times.items():
+                if shape in ranked:
+                    ranked[shape].append((seconds, o.genome))
+        return {shape: [g for _, g in sorted(entries, key=lambda e: (e[0], e[1].id))] for shape, entries in ranked.items()}
+
+    def _pool(self) -> list:
+        """The parents: the best ``population`` genomes; in a workload run each shape's best in turns
+        (every shape's best first, those winning the most weight leading; then each shape's second, ...),
+        every genome once, at least every shape's best."""
+        if not self.niches:
+            return [o.genome for o in self.ranked()[: self.population]]
+        rankings = self.niche_rankings()
+        wins: dict[str, float] = {}
+        for shape, ranked in rankings.items():
+            if ranked:
+                wins[ranked[0].id] = wins.get(ranked[0].id, 0.0) + self.niches[shape]
+        firsts = {g.id: g for ranked in rankings.values() for g in ranked[:1]}
+        pool = sorted(firsts.values(), key=lambda g: (-wins[g.id], g.id))
+        for rank in range(1, self.population):
+            for shape in sorted(rankings, key=lambda s: -self.niches[s]):
+                ranked = rankings[shape]
+                if rank < len(ranked) and ranked[rank].id not in firsts and ranked[rank] not in pool:
+                    pool.append(ranked[rank])
+        return pool[: max(self.population, len(firsts))]
 
     def strength(self) -> int:
         movable = sum(1 for k in self.space.knobs if len(k.values) > 1)
@@ -64,7 +111,9 @@ class EvolutionStrategy(Strategy):
 
     def ask(self, n: int) -> list[Proposal]:
         rng = self.rng()
-        pool = [o.genome for o in self.ranked()[: self.population]]
+        pool = self._pool()
+        if not pool and self.niches:  # no shape timed in full yet: the fastest at the primary shape
+            pool = [o.genome for o in self.ranked()[: self.population]]
         if not pool:  # nothing works yet: vary the seeds and whatever was tried
             return self._explore(self.seed_genomes + [o.genome for o in self.observations.values()], n, rng)
         strength = self.strength()
@@ -109,7 +158,23 @@ class EvolutionStrategy(Strategy):
 
     # -- pieces -----------------------------------------------------------------------------
     def _select(self, pool: list, rng: random.Random, k: int) -> list:
-        """Linear rank selection without replacement (k distinct parents when possible)."""
+        """Linear rank selection without replacement (k distinct parents when possible); in a workload
+        run each parent from a shape drawn by its weight, by rank among that shape's best."""
+        rankings = self.niche_rankings() if self.niches else {}
+        shapes = [s for s in rankings if rankings[s]]
+        if shapes:
+            chosen: list = []
+            for _ in range(30 * k):
+                if len(chosen) == k:
+                    break
+                shape = rng.choices(shapes, [self.niches[s] for s in shapes])[0]
+                parent = self._linear_rank(rankings[shape][: self.population], rng, 1)[0]
+                if parent not in chosen:
+                    chosen.append(parent)
+            return chosen or self._linear_rank(pool, rng, k)
+        return self._linear_rank(pool, rng, k)
+
+    def _linear_rank(self, pool: list, rng: random.Random, k: int) -> list:
         size = len(pool)
         s = self.options.selection_pressure
         weights = [(2 - s) + 2 * (s - 1) * (size - 1 - i) / max(1, size - 1) for i in range(size)]

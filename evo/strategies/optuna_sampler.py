@@ -40,8 +40,8 @@ class OptunaStrategy(Strategy):
     name = "optuna"
     Options = OptunaOptions
 
-    def __init__(self, space, *, seed, population, options=None) -> None:
-        super().__init__(space, seed=seed, population=population, options=options)
+    def __init__(self, space, *, seed, population, options=None, niches=None) -> None:
+        super().__init__(space, seed=seed, population=population, options=options, niches=niches)
         optuna.logging.set_verbosity(logging.WARNING)
         self.distributions = {k.name: _distribution(k) for k in space.knobs}
         self.study = optuna.create_study(direction="minimize", sampler=self._sampler())

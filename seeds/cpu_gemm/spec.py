@@ -11,6 +11,7 @@ import torch
 
 from kernel_genome import Boolean, Choice, Constraint, PowerOfTwo, Space
 from seeds._family import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance, shape
+from seeds._workload import workload
 
 SOURCE = Path(__file__).with_name("gemm.cpp")
 LOOP_ORDERS = {"ijk": 0, "ikj": 1, "register": 2}
@@ -51,6 +52,16 @@ SEED = SPACE.genome(
 )
 
 
+# Small enough for CI to search, export and self-check end to end in a few minutes; large enough (one to a
+# few milliseconds each for torch.matmul on two cores) that an op's few microseconds of dispatch in Python
+# count for little beside it
+WORKLOADS = (workload("small", "four fp32 GEMMs of M, N, K in 384-768 (one ragged); the first weighs 2, the "
+                      "others 1", [(shape("m512_n512_k512", m=512, n=512, k=512), 2.0),
+                                   (shape("m768_n384_k512", m=768, n=384, k=512), 1.0),
+                                   (shape("m384_n768_k640", m=384, n=768, k=640), 1.0),
+                                   (shape("m600_n400_k520", m=600, n=400, k=520), 1.0)]),)
+
+
 class CpuGemm(KernelFamily):
     name = "cpu_gemm"
     description = "fp32 GEMM C = A @ B in C++ (OpenMP), against torch.matmul"
@@ -62,6 +73,7 @@ class CpuGemm(KernelFamily):
         shape("tall", m=384, n=128, k=192),
         shape("ragged", m=131, n=77, k=93),
     )
+    workloads = WORKLOADS
     tolerance = Tolerance(max_abs=1e-3, max_rel_l2=1e-5)
     anchor_name = "torch.matmul"
     export_template = Path(__file__).with_name("export_template.py.in")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from seeds._cuda import TensorMapBytes, tensor_map
 from seeds._family import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance, shape
+from seeds._workload import workload
 from seeds._wgmma import wgmma_wrapper
 from seeds.flashcore.space import (ENGINES, HEAD_DIMS, SEED, SPACE, STAGES, grid, grid_workspace, kv_rows, kv_share,
                                    shared_bytes, warps)
@@ -31,6 +32,26 @@ SOURCES = (HERE.parent / "_hopper.cuh",) + tuple(HERE / name for name in (
 
 def attention_shape(name: str, b: int, h: int, s: int, d: int, *, causal: bool = False, mission: bool = False):
     return shape(name, b=b, h=h, s=s, d=d, causal=int(causal), mission=mission)
+
+
+def _prefill(name: str, b: int, h: int, s: int, d: int, causal: bool = False):
+    return attention_shape(name, b, h, s, d, causal=causal), 1.0
+
+
+# Prefill attention of encoders (ViT, BERT: non-causal) and decoders (GPT-2, Llama: causal)
+WORKLOADS = (workload("prefill", "attention prefill of real models, B x H x S x D: ViT-B/16 and ViT-L/14 at "
+                      "batches 1-16, BERT-base/-large, GPT-2 (D 64, causal), Llama-style heads of 128 (causal, "
+                      "512-8192 tokens) and long non-causal sequences; every shape weighs 1", [
+    _prefill("vit_b16_b1", 1, 12, 197, 64), _prefill("vit_b16_b8", 8, 12, 197, 64),
+    _prefill("vit_l14_b1", 1, 16, 257, 64), _prefill("vit_l14_b16", 16, 16, 257, 64),
+    _prefill("bert_base_s128_b16", 16, 12, 128, 64), _prefill("bert_large_s512_b16", 16, 16, 512, 64),
+    _prefill("h8_s512", 1, 8, 512, 64), _prefill("gpt2_s1024", 1, 12, 1024, 64, True),
+    _prefill("gpt2_s1024_b8", 8, 12, 1024, 64, True), _prefill("h8_s8192", 1, 8, 8192, 64),
+    _prefill("h16_s4096_b4", 4, 16, 4096, 64), _prefill("llama_s512", 1, 32, 512, 128, True),
+    _prefill("llama_s1024", 1, 32, 1024, 128, True), _prefill("llama_s2048", 1, 32, 2048, 128, True),
+    _prefill("h16_s2048_b2_causal", 2, 16, 2048, 128, True), _prefill("llama_s8192", 1, 32, 8192, 128, True),
+    _prefill("dit_s1024_b2", 2, 16, 1024, 128), _prefill("h16_s4096_d128_b4", 4, 16, 4096, 128),
+]),)
 
 
 class FlashCore(KernelFamily):
@@ -47,6 +68,9 @@ class FlashCore(KernelFamily):
         attention_shape("causal", 1, 8, 512, 64, causal=True),
         attention_shape("ragged", 2, 4, 300, 64, causal=True),
     )
+    workloads = WORKLOADS
+    flag_dims = ("causal",)
+    categorical_dims = ("d",)  # one kernel of the cubin per head dimension
     # fp16 output of an fp32-accumulated attention: errors of a few 1e-3 at most
     tolerance = Tolerance(max_abs=0.06, max_rel_l2=1e-2)
     anchor_name = "torch SDPA (default backend: cuDNN on the H100)"
@@ -77,6 +101,15 @@ class FlashCore(KernelFamily):
     def check_shape(self, shape: ProblemShape) -> None:
         if shape["d"] not in HEAD_DIMS:
             raise ValueError(f"flashcore handles head dimension {HEAD_DIMS}, not {shape['d']}")
+
+    def knobs_read(self, shape: ProblemShape) -> frozenset[str]:
+        """The knobs of this head dimension's kernel: the other one's (``*_d128`` at D = 64; ``*_d64`` and
+        the D = 64 kernel's overlap_tiles at D = 128) change nothing it runs."""
+        other = 128 if shape["d"] == 64 else 64
+        unread = {k.name for k in self.space.knobs if k.name.endswith(f"_d{other}")}
+        if shape["d"] != 64:
+            unread.add("overlap_tiles")
+        return frozenset(k.name for k in self.space.knobs) - unread
 
     def make_inputs(self, shape: ProblemShape, generator):
         import torch

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from kernel_genome import Boolean, Choice, Constraint, IntRange, PowerOfTwo, Space
 from seeds._family import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance, shape
+from seeds._workload import workload
 from seeds._wgmma import wgmma_wrapper
 from seeds.nvfp4_gemm.launch import Launcher, shared_bytes, threads
 
@@ -195,6 +196,15 @@ def gemm_shape(name: str, l: int, m: int, n: int, k: int, *, blocked: bool = Fal
     return shape(name, l=l, m=m, n=n, k=k, blocked=int(blocked), mission=mission)
 
 
+# (N, K) of real layers' weights, at the token counts M of decoding (1, 16) and of prefill chunks (128, 512)
+LAYERS = ((7168, 16384), (4096, 7168), (7168, 2048), (14336, 4096), (3072, 4096))
+WORKLOADS = (workload("llm_layers", "NVFP4 linear layers of LLMs: (N, K) in (7168, 16384), (4096, 7168), "
+                      "(7168, 2048), (14336, 4096), (3072, 4096) at M = 1, 16, 128, 512 tokens, with plain and "
+                      "with blocked scales; every shape weighs 1",
+                      [(gemm_shape(f"m{m}_n{n}_k{k}_{'blocked' if blocked else 'plain'}", 1, m, n, k, blocked=blocked), 1.0)
+                       for n, k in LAYERS for m in (1, 16, 128, 512) for blocked in (False, True)]),)
+
+
 class Nvfp4Gemm(KernelFamily):
     name = "nvfp4_gemm"
     description = "NVFP4 GEMM c = fp16(a*sfa @ (b*sfb)^T), e2m1 values, e4m3 scales per 16, on the H100"
@@ -209,6 +219,8 @@ class Nvfp4Gemm(KernelFamily):
         gemm_shape("batched4", 4, 128, 2048, 4096),
         gemm_shape("ragged", 2, 200, 1000, 2048, blocked=True),
     )
+    workloads = WORKLOADS
+    flag_dims = ("blocked",)
     # the issue's rtol = atol = 1e-3 on the fp16 output, elementwise
     tolerance = Tolerance(max_abs=1e-3, max_rel_l2=1e-3, rtol=1e-3)
     anchor_name = "torch: dequantise to bf16 + matmul"
@@ -272,6 +284,16 @@ class Nvfp4Gemm(KernelFamily):
 
     def secondary_anchors(self):
         return {"bf16 cuBLAS matmul on operands dequantised beforehand": self._bf16_matmul}
+
+    # bf16's 8 bits of mantissa miss the family's rtol of 1e-3: the fallback dequantises to fp16, which
+    # holds every e2m1 value times its e4m3 scale exactly, and its fp16 output rounds as the kernels' does
+    fallback_name = "torch: dequantise to fp16 + matmul"
+
+    def fallback(self, shape: ProblemShape, inputs):
+        import torch
+
+        a, b = self._dequantized(shape, inputs, torch.float16)
+        return a @ b.transpose(-1, -2)
 
     def _bf16_matmul(self, shape: ProblemShape, inputs):
         import torch

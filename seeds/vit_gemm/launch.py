@@ -79,6 +79,20 @@ def blocks(g, s: Mapping, resident: int) -> int:
     return min(count, resident) if g["persistent"] else count
 
 
+def takes(g, s: Mapping) -> bool:
+    """Whether this genome's kernel can run shape ``s``: N a multiple of 8 (16-byte rows of C and pos for the
+    TMA), and with pos_tma at least a consumer's rows of patches (its two boxes of pos)."""
+    return s["n"] % 8 == 0 and (not g["pos_tma"] or s["p"] >= wg_rows(g))
+
+
+def pad_k(matrix):
+    """A copy of a bf16 [rows, K] matrix whose rows are padded with zeros to a multiple of 8 values (16
+    bytes, the TMA's stride unit); one pass over it (K = 588, patch size 14, needs it)."""
+    import torch.nn.functional as F
+
+    return F.pad(matrix, (0, -matrix.shape[1] % 8))
+
+
 class Launcher:
     """One genome's kernel, loaded from its cubin (a seeds/_cuda.py CudaModule), and what its launches
     keep between calls: per stream the tensor maps of the last buffers and the folded table."""
@@ -95,14 +109,18 @@ class Launcher:
 
     def launch(self, s: Mapping, a, w, bias, pos, output) -> None:
         """output [M, N] bf16 = a [M, K] bf16 @ w [N, K]^T + bias [N] fp32 + pos [P, N] fp32 (row
-        b * P + p adds pos[p]); contiguous CUDA tensors, on torch's current stream."""
+        b * P + p adds pos[p]); contiguous CUDA tensors, on torch's current stream. N a multiple of 8;
+        K anything (not a multiple of 8: a and w are first copied with their rows padded, ``pad_k``)."""
         import torch
 
         g = self.genome
+        if not takes(g, s):
+            raise ValueError(f"this kernel cannot run N = {s['n']}, P = {s['p']}: it needs N a multiple of 8"
+                             + (f" and P >= {wg_rows(g)} (pos_tma)" if g["pos_tma"] else ""))
+        if s["k"] % 8:  # rows of K values are not 16 bytes apart: the TMA reads copies padded with zeros
+            a, w = pad_k(a), pad_k(w)
+            s = {"m": s["m"], "n": s["n"], "k": a.shape[1], "p": s["p"]}
         m, n, k, p = s["m"], s["n"], s["k"], s["p"]
-        if g["pos_tma"] and p < wg_rows(g):
-            raise ValueError(f"pos_tma brings a consumer's {wg_rows(g)} rows of pos in at most two boxes: it needs "
-                             f"P >= {wg_rows(g)}, not {p}")
         stream = torch.cuda.current_stream().cuda_stream
         key = (a.data_ptr(), w.data_ptr(), bias.data_ptr(), pos.data_ptr(), output.data_ptr(), m, n, k, p)
         if self.kept.get(stream, (None,))[0] != key:  # encoding a tensor map is host work: once per set of buffers

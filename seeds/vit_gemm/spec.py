@@ -16,9 +16,10 @@ from pathlib import Path
 
 from kernel_genome import Boolean, Choice, Constraint, IntRange, PowerOfTwo, Space
 from seeds._family import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance, shape
+from seeds._workload import workload
 from seeds._wgmma import wgmma_wrapper
 from seeds.vit_gemm import problem
-from seeds.vit_gemm.launch import Launcher, shared_bytes, wg_rows
+from seeds.vit_gemm.launch import Launcher, shared_bytes, takes, wg_rows
 
 HERE = Path(__file__).parent
 SOURCES = tuple(HERE / name for name in ("vit_gemm_parts.cuh", "vit_gemm_table.cuh", "vit_gemm_epilogue.cuh",
@@ -169,6 +170,17 @@ def vit_shape(name: str, batch: int, patches: int, n: int, k: int, *, mission: b
     return shape(name, m=batch * patches, n=n, k=k, p=patches, mission=mission)
 
 
+# The patch embeddings of real vision encoders: (model, patches P, hidden size N, K = 3 x patch^2)
+ENCODERS = (("vit_b16", 196, 768, 768), ("vit_l16", 196, 1024, 768), ("vit_h14", 256, 1280, 588),
+            ("clip_l14", 256, 1024, 588), ("dinov2_l14_518px", 1369, 1024, 588),
+            ("siglip_so400m14_384px", 729, 1152, 588), ("vit_b32", 49, 768, 3072))
+WORKLOADS = (workload("encoders", "the patch embeddings of ViT-B/16, ViT-L/16, ViT-H/14, CLIP ViT-L/14, "
+                      "DINOv2-L/14 at 518 px, SigLIP-So400m/14 at 384 px and ViT-B/32 at batches 1, 8, 64 and 256; "
+                      "every shape weighs 1",
+                      [(vit_shape(f"{model}_b{batch}", batch, p, n, k), 1.0)
+                       for model, p, n, k in ENCODERS for batch in (1, 8, 64, 256)]),)
+
+
 class VitGemm(KernelFamily):
     name = "vit_gemm"
     description = "bf16 GEMM + bias + positional embedding (ViT patch embedding), C = A W^T + bias + pos"
@@ -180,7 +192,9 @@ class VitGemm(KernelFamily):
         vit_shape("vit_l16_batch256", 256, 196, 1024, 768),
         vit_shape("vit_b16_batch8", 8, 196, 768, 768),
         vit_shape("ragged", 5, 197, 712, 768),  # M = 985 and N = 712: multiples of no tile
+        vit_shape("k588", 3, 256, 1024, 588),  # patch size 14: rows of A and W 1176 bytes apart
     )
+    workloads = WORKLOADS
     # bf16 output (8 bits of mantissa) of values of a few units: rounding errors up to ~0.03
     tolerance = Tolerance(max_abs=0.08, max_rel_l2=1e-2)
     anchor_name = "cuBLAS matmul alone (torch a @ w.t(), bf16)"
@@ -209,10 +223,10 @@ class VitGemm(KernelFamily):
         return BuildRecipe(source, "vit_gemm.cu", "nvcc", flags, "cubin")
 
     def check_shape(self, shape: ProblemShape) -> None:
-        if shape["n"] % 8 or shape["k"] % 8:
-            raise ValueError("vit_gemm needs N and K multiples of 8 (16-byte rows for the TMA)")
+        if shape["n"] % 8:
+            raise ValueError(f"vit_gemm needs N a multiple of 8 (16-byte rows of C and pos for the TMA), not {shape['n']}")
         if shape["m"] % shape["p"]:
-            raise ValueError("vit_gemm needs M = batch * patches")
+            raise ValueError(f"vit_gemm needs M = batch * patches: M = {shape['m']} is no multiple of P = {shape['p']}")
 
     def make_inputs(self, shape: ProblemShape, generator):
         self.check_shape(shape)
@@ -242,6 +256,15 @@ class VitGemm(KernelFamily):
     def anchor(self, shape: ProblemShape, inputs):
         a, w = inputs[:2]
         return a @ w.t()
+
+    fallback_name = "PyTorch: addmm (matmul + bias, bf16) then + pos"
+    costly_anchors = frozenset({"torch.compile of the same expression"})  # compiles once per shape
+
+    def fallback(self, shape: ProblemShape, inputs):
+        return problem.fallback(shape, inputs)
+
+    def takes(self, genome, shape: ProblemShape) -> bool:
+        return takes(genome, shape)
 
     def secondary_anchors(self):
         return {"eager PyTorch (matmul, then + bias and + pos in bf16)": self._eager,

@@ -2,7 +2,8 @@
 //   C[b * P + p, n] = bf16( sum_k A[b * P + p, k] * W[n, k] + bias[n] + pos[p, n] )
 // A bf16 [M, K] row-major; W bf16 [N, K] (K-major: nn.Linear's weight, and the patch conv's weight
 // [N, C, 16, 16] seen as [N, K]); bias fp32 [N]; pos fp32 [P, N]; C bf16 [M, N]; fp32 accumulation.
-// K and N multiples of 8 (16-byte rows for the TMA); M, N, K otherwise anything (tiles clipped).
+// K and N multiples of 8 (16-byte rows for the TMA: launch.py pads A's and W's rows when K is not);
+// M, N, K otherwise anything (tiles clipped).
 //
 // Warpgroup 0 is the producer: one thread brings in each 64-deep slice of K for A and W by TMA
 // (128-byte swizzle) into a ring of STAGES stages, completed on "full" mbarriers, for every tile the

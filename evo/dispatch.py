@@ -1,0 +1,153 @@
+"""A workload run's dispatch table, read from the store: for every shape, the fastest verified kernel,
+its time and the anchor's (PyTorch's whole computation) timed in the same process, and what the op
+runs there: the kernel where it is faster than PyTorch by at least ``MARGIN``, PyTorch otherwise.
+
+A kernel's figure at a shape is its confirmation's where it has one (the winners are re-verified
+and re-timed beside the anchor in a few rounds at the end of a search: the median of those rounds),
+its search measurement otherwise. Kernels are ranked by their time over the anchor's timed in the
+same process, so that evaluators on different GPUs compare fairly. The run summary, `evo show`, the
+lineage report and `evo export` all read this one table.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from db import MeasurementRow, Store
+from seeds import KernelFamily, Workload
+
+MARGIN = 0.01  # the op runs a kernel only where it is at least 1% faster than PyTorch (else noise decides)
+
+
+@dataclass(frozen=True)
+class ShapeChoice:
+    shape: str
+    dims: dict
+    weight: float
+    anchor_s: float | None  # PyTorch's whole computation, timed beside the kernel
+    kernel_s: float | None  # the fastest verified kernel (None: none was timed in full here)
+    individual_id: int | None
+    genome_id: str | None
+    genome: dict | None
+    confirmed: bool  # kernel_s and anchor_s come from the end-of-search confirmation rounds
+    chosen: bool  # the op runs the kernel here (else PyTorch)
+
+    @property
+    def speedup(self) -> float | None:
+        """The best kernel's speedup over the anchor (below 1: slower)."""
+        return self.anchor_s / self.kernel_s if self.anchor_s and self.kernel_s else None
+
+    @property
+    def op_s(self) -> float | None:
+        return self.kernel_s if self.chosen else self.anchor_s
+
+    @property
+    def op_speedup(self) -> float:
+        return self.speedup if self.chosen and self.speedup else 1.0
+
+
+@dataclass(frozen=True)
+class DispatchTable:
+    workload: Workload
+    fallback: str  # what the op runs where no kernel is chosen
+    rows: tuple[ShapeChoice, ...]
+
+    def _geomean(self, values: list[tuple[float, float]]) -> float | None:
+        total = sum(w for _, w in values)
+        return math.exp(sum(w * math.log(v) for v, w in values) / total) if values and total else None
+
+    @property
+    def kernel_geomean(self) -> float | None:
+        """Weighted geometric mean of the best kernels' speedups over the anchor (shapes without one left out)."""
+        return self._geomean([(r.speedup, r.weight) for r in self.rows if r.speedup])
+
+    @property
+    def op_geomean(self) -> float | None:
+        """Weighted geometric mean of the op's speedup over the anchor (1 where it runs PyTorch)."""
+        return self._geomean([(r.op_speedup, r.weight) for r in self.rows if r.anchor_s])
+
+    @property
+    def wins(self) -> int:
+        return sum(r.chosen for r in self.rows)
+
+    @property
+    def kernels(self) -> dict[str, dict]:
+        """Every chosen kernel: genome id -> genome."""
+        return {r.genome_id: r.genome for r in self.rows if r.chosen}
+
+    def summary(self) -> str:
+        op, kernels = self.op_geomean, self.kernel_geomean
+        return (f"evolved kernels win {self.wins} of {len(self.rows)} shapes ({len(self.kernels)} distinct); "
+                f"weighted geometric-mean speedup over {self.fallback}: op {_x(op)}, best kernels {_x(kernels)}")
+
+
+def _x(value: float | None) -> str:
+    return f"{value:.2f}x" if value else "-"
+
+
+@dataclass(frozen=True)
+class _Figure:
+    seconds: float
+    anchor_s: float | None
+    confirmed: bool
+
+    @property
+    def ratio(self) -> float:
+        return self.seconds / self.anchor_s if self.anchor_s else self.seconds
+
+
+def confirmations(store: Store, run_id: int) -> tuple[dict[tuple[int, str], _Figure], set[int]]:
+    """From the run's gates and confirmations: (individual, shape) -> the median of its rounds' times
+    (and of the anchor's beside them); and the individuals a round found incorrect."""
+    times: dict[tuple[int, str], list[float]] = {}
+    anchors: dict[tuple[int, str], list[float]] = {}
+    wrong: set[int] = set()
+    for gate, individual in store.gates(run_id):
+        for round_ in gate.rounds:
+            if not round_.get("verified"):
+                wrong.add(individual.id)
+                continue
+            for shape, seconds in round_.get("times") or ():
+                times.setdefault((individual.id, shape), []).append(seconds)
+            for shape, seconds in round_.get("anchor_times") or ():
+                anchors.setdefault((individual.id, shape), []).append(seconds)
+    figures = {key: _Figure(statistics.median(values), statistics.median(anchors[key]) if anchors.get(key) else None,
+                            True) for key, values in times.items()}
+    return figures, wrong
+
+
+def dispatch_table(store: Store, run_id: int, family: KernelFamily, workload: Workload) -> DispatchTable:
+    measurements = store.measurements(run_id)
+    figures, wrong = confirmations(store, run_id)
+    return build_table(family, workload, measurements, figures, wrong)
+
+
+def build_table(family: KernelFamily, workload: Workload, measurements: list[MeasurementRow],
+                figures: dict, wrong: set[int]) -> DispatchTable:
+    anchors: dict[str, float] = {}
+    best: dict[str, tuple[_Figure, MeasurementRow]] = {}
+    for m in measurements:
+        if m.anchor_s is not None:
+            anchors.setdefault(m.shape, m.anchor_s)  # the first evaluator's, when nothing better is known
+        if not (m.complete and m.verified) or m.individual_id in wrong:
+            continue
+        figure = figures.get((m.individual_id, m.shape))
+        if figure is None or figure.anchor_s is None:
+            figure = _Figure(figure.seconds if figure else m.median_s, m.anchor_s, figure is not None)
+        if m.shape not in best or figure.ratio < best[m.shape][0].ratio:
+            best[m.shape] = (figure, m)
+    rows = []
+    for shape, weight in zip(workload.shapes, workload.weights):
+        found = best.get(shape.name)
+        if found is None:
+            rows.append(ShapeChoice(shape.name, dict(shape.dims), weight, anchors.get(shape.name), None, None, None,
+                                    None, False, False))
+            continue
+        figure, m = found
+        anchor = figure.anchor_s if figure.anchor_s is not None else anchors.get(shape.name)
+        chosen = anchor is not None and figure.seconds < anchor * (1 - MARGIN)
+        rows.append(ShapeChoice(shape.name, dict(shape.dims), weight, anchor, figure.seconds, m.individual_id,
+                                m.genome_id, m.genome, figure.confirmed, chosen))
+    return DispatchTable(workload, family.fallback_label, tuple(rows))

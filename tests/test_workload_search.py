@@ -1,0 +1,125 @@
+"""A workload, end to end on the CPU family: search, show, lineage, export, the op's self-check and its
+use in a fresh process, resume; and the op's dispatch (a kernel, PyTorch, a shape outside the workload)."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from db import Database, NewIndividual, Store, resolve_url
+from evo.cli import main
+from fitness import EvalResult, ShapeCheck, ShapeTiming, Status
+from seeds import get_family
+from tests.test_search import REPO, check_store_invariants, rows
+
+CPU = get_family("cpu_gemm")
+SMALL = CPU.workload("small")
+
+
+@pytest.mark.slow
+def test_a_workload_search_exported_as_one_op_that_checks_itself(ray_session, tmp_path, capsys):
+    db = tmp_path / "evo.db"
+    assert main(["search", "--experiment", str(REPO / "experiments" / "cpu_gemm_small.toml"), "--budget", "24",
+                 "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "workload small (4 shapes), anchor torch.matmul" in out and "geometric-mean" in out
+    check_store_invariants(db)
+    (config,), = rows(db, "SELECT config FROM runs")
+    assert json.loads(config)["workload"] == SMALL.to_dict()
+    # every timed shape stored per (individual, shape), the anchor timed beside it; the primary always timed
+    measured = rows(db, "SELECT shape, complete, verified, anchor_s FROM shape_measurements")
+    assert {m[0] for m in measured} <= {s.name for s in SMALL.shapes} and all(m[3] > 0 for m in measured)
+    assert all(verified for _, complete, verified, _ in measured if complete)
+    ok = rows(db, "SELECT COUNT(*) FROM evaluations WHERE status = 'ok'")[0][0]
+    primary = rows(db, f"SELECT COUNT(*) FROM shape_measurements WHERE shape = '{SMALL.primary.name}'")[0][0]
+    assert primary == ok and len(measured) < ok * len(SMALL.shapes)  # probes: not every genome at every shape
+    assert main(["show", "1", "--db", str(db)]) == 0
+    shown = capsys.readouterr().out
+    assert all(s.name in shown for s in SMALL.shapes) and "op runs" in shown
+    assert main(["lineage", "1", "--db", str(db), "--format", "json", "--out", str(tmp_path / "l.json")]) == 0
+    report = json.loads((tmp_path / "l.json").read_text())
+    assert [r["shape"] for r in report["dispatch"]["rows"]] == [s.name for s in SMALL.shapes]
+    assert main(["lineage", "1", "--db", str(db), "--out", str(tmp_path / "l.html")]) == 0
+    assert "Which kernel wins where" in (tmp_path / "l.html").read_text()
+    package = tmp_path / "op"
+    assert main(["export", "1", "--db", str(db), "--out", str(package)]) == 0
+    metadata = json.loads((package / "metadata.json").read_text())
+    assert metadata["module"] == "cpu_gemm_small" and [r["shape"] for r in metadata["table"]] == [s.name for s in SMALL.shapes]
+    assert set(metadata["kernels"]) == {r["choice"] for r in metadata["table"]} - {"pytorch"}
+    check = subprocess.run([sys.executable, str(package / "selfcheck.py")], capture_output=True, text=True,
+                           timeout=600, cwd=tmp_path)
+    assert check.returncode == 0 and "self-check passed" in check.stdout, check.stdout + check.stderr[-2000:]
+    assert check.stdout.count(" ok") == len(SMALL.shapes)
+    script = f"""
+        import sys, torch
+        sys.path.insert(0, {str(package)!r})
+        import cpu_gemm_small as k
+        for m, n, kk in [(512, 512, 512), (600, 400, 520), (33, 17, 9)]:  # two workload shapes and one outside
+            a, b = torch.randn(m, kk), torch.randn(kk, n)
+            assert torch.allclose(k.gemm(a, b), a @ b, atol=1e-3, rtol=1e-4)
+            assert torch.allclose(torch.ops.evo.cpu_gemm_small(a, b), a @ b, atol=1e-3, rtol=1e-4)
+        assert not any(m == "evo" or m.startswith(("evo.", "seeds", "fitness", "db.")) for m in sys.modules)
+        print("op ok")
+    """
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "op ok" in done.stdout, done.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_a_workload_search_resumes_with_its_board(ray_session, tmp_path):
+    db = tmp_path / "evo.db"
+    assert main(["search", "--family", "cpu_gemm", "--workload", "small", "--budget", "10", "--population", "5",
+                 "--db", str(db), "--trials", "1"]) == 0
+    before = rows(db, "SELECT COUNT(*) FROM shape_measurements")[0][0]
+    assert main(["search", "--resume", "1", "--budget", "18", "--db", str(db)]) == 0
+    genomes = [g for g, in rows(db, "SELECT i.genome_id FROM evaluations e JOIN individuals i ON i.id = e.individual_id")]
+    assert len(genomes) == 18 == len(set(genomes))
+    assert rows(db, "SELECT COUNT(*) FROM shape_measurements")[0][0] > before
+    assert rows(db, "SELECT status FROM runs") == [("budget_exhausted",)]
+    check_store_invariants(db)
+
+
+def test_the_op_runs_the_winning_kernel_pytorch_where_it_loses_and_the_nearest_choice_outside(tmp_path, capsys):
+    """A workload run recorded by hand (a real kernel, made-up times: it wins at the first shape and
+    loses at the second): the exported op runs it at the first, torch.matmul at the second, and for a
+    shape outside the workload what the nearest workload shape runs; every result is right."""
+    workload = {"name": "two", "shapes": [{"name": "wins", "m": 256, "n": 256, "k": 256, "weight": 1.0},
+                                          {"name": "loses", "m": 64, "n": 512, "k": 96, "weight": 1.0}]}
+    fast = CPU.seed_genomes[0].replace(loop_order="register", rows_per_step=4, vec_width=8, block_k=64)
+    store = Store(Database(resolve_url(str(tmp_path / "evo.db"))).open())
+    run = store.create_run(family="cpu_gemm", strategy="evolution", target=None, seed=0, config={"workload": workload})
+    ids = store.add_individuals(run, [NewIndividual(fast.id, fast.as_dict(), 0, "seed")])
+    times = {"wins": (100e-6, 200e-6), "loses": (300e-6, 200e-6)}
+    result = EvalResult(fast.id, Status.OK, "", 100e-6,
+                        checks=tuple(ShapeCheck(s, True, 0.0, 0.0, 1) for s in ["mission", "tall", "ragged", *times]),
+                        timings=tuple(ShapeTiming(s, k, k, 0.0, 10) for s, (k, _) in times.items()),
+                        anchor=tuple(ShapeTiming(s, a, a, 0.0, 10) for s, (_, a) in times.items()))
+    store.record_evaluation(ids[fast.id], result, {s["name"]: {k: s[k] for k in "mnk"} for s in workload["shapes"]})
+    assert main(["show", "1", "--db", str(tmp_path / "evo.db")]) == 0
+    assert "evolved kernels win 1 of 2 shapes" in capsys.readouterr().out
+    package = tmp_path / "op"
+    assert main(["export", "1", "--db", str(tmp_path / "evo.db"), "--out", str(package)]) == 0
+    metadata = json.loads((package / "metadata.json").read_text())
+    assert [(r["shape"], r["choice"]) for r in metadata["table"]] == [("wins", fast.id), ("loses", "pytorch")]
+    assert sorted(p.name for p in package.iterdir()) == sorted(
+        ["build.sh", "cpu_gemm_two.py", "evo_dispatch.py", "evo_flush.py", f"kernel_{fast.id}.cpp",
+         f"kernel_{fast.id}.so", "metadata.json", "selfcheck.py"])
+    script = f"""
+        import sys, torch
+        sys.path.insert(0, {str(package)!r})
+        import cpu_gemm_two as k
+        cases = [((256, 256, 256), {fast.id!r}, "workload shape wins"), ((64, 512, 96), None, "workload shape loses"),
+                 ((300, 240, 250), {fast.id!r}, "nearest workload shape wins"),
+                 ((48, 600, 90), None, "nearest workload shape loses")]
+        for (m, n, kk), kernel, why in cases:
+            assert k.choose(dict(m=m, n=n, k=kk)) == (kernel, why), k.choose(dict(m=m, n=n, k=kk))
+            a, b = torch.randn(m, kk), torch.randn(kk, n)
+            assert torch.allclose(k.gemm(a, b), a @ b, atol=1e-3, rtol=1e-4)
+        print("dispatch ok")
+    """
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "dispatch ok" in done.stdout, done.stderr[-2000:]
+    rebuilt = subprocess.run(["sh", str(package / "build.sh")], capture_output=True, text=True, timeout=300)
+    assert rebuilt.returncode == 0, rebuilt.stderr
