@@ -224,10 +224,16 @@ def cmd_show(args, console: Console) -> int:
         genome = " ".join(f"{k}={v}" for k, v in sorted(individual.genome.items()))
         console.print(f"#{rank} genome {individual.genome_id}: {genome}", highlight=False, soft_wrap=True)
     for gate, individual in store.gates(run.id):
-        spread = format_span([r["mission_s"] for r in gate.rounds if r["mission_s"] is not None])
+        times = [t for r in gate.rounds for t in ([s for _, s in r.get("times") or ()] or [r["mission_s"]])
+                 if t is not None]
         verdict = "passed" if gate.passed else f"failed: {gate.message}"
-        console.print(f"hard gate on individual {individual.id} ({individual.genome_id}): {len(gate.rounds)} rounds, "
-                      f"{spread} vs target {format_seconds(gate.target_s)}: {verdict}", highlight=False)
+        shapes = [shape for shape, _ in gate.targets or ()]
+        where = f" at {len(shapes)} shape(s)" if len(shapes) > 1 else (f" at {shapes[0]}" if shapes else "")
+        what = ("hard gate" if gate.target_s is not None else "confirmation beside the anchor")
+        console.print(f"{what} on individual {individual.id} ({individual.genome_id}){where}: {len(gate.rounds)} "
+                      f"rounds, {format_span(times)}"
+                      + (f" vs target {format_seconds(gate.target_s)}" if gate.target_s is not None else "")
+                      + f": {verdict}", highlight=False)
     counts = store.failure_counts(run.id)
     console.print("statuses: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none yet"),
                   highlight=False)

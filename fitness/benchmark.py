@@ -187,3 +187,56 @@ def _cuda_cold_samples(run: Callable[[], None], plan: TimingPlan, cutoff_s: floa
         if len(samples) == len(events) and _above(statistics.median(samples), cutoff_s):
             return samples, True
     return samples, False
+
+
+def time_pair(first: Callable[[], None], second: Callable[[], None], device: str, plan: TimingPlan, shapes: tuple[str, str],
+              cold: bool = False) -> tuple[ShapeTiming, ShapeTiming]:
+    """Two callables timed in turns, sample by sample (which goes first alternates), so that a drift of
+    the clocks or of the caches touches both alike: a kernel beside its anchor when the two are compared
+    (a workload's confirmation and hard gate). Samples as ``time_runs`` takes them: CUDA graph replays of
+    a burst lasting at least CUDA_SAMPLE_TARGET_S (one launch after the flush, cold), or single calls."""
+    runs = [first, second]
+    flush = reading_flush(device) if cold else None
+    burst, events = 1, None
+    if device != "cuda":
+        for run in runs * max(1, plan.warmup):
+            run()
+    else:
+        import torch
+
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the default stream, as graph capture requires
+            for run in runs * max(1, plan.warmup):
+                run()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        events = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if not cold:
+            single = min(_cuda_single(run, events) for run in runs)
+            burst = max(CUDA_MIN_BURST, min(CUDA_MAX_BURST, math.ceil(CUDA_SAMPLE_TARGET_S / max(single, 1e-7))))
+            runs = [_capture(run, burst) for run in runs]
+    samples: tuple[list[float], list[float]] = ([], [])
+    started = time.perf_counter()
+    while not _enough(samples[0], started, plan):
+        for index in (0, 1) if len(samples[0]) % 2 == 0 else (1, 0):
+            if flush is not None:
+                flush()
+            samples[index].append(_cuda_single(runs[index], events) / burst if events else _cpu_single(runs[index]))
+    return summarize(shapes[0], samples[0]), summarize(shapes[1], samples[1])
+
+
+def _cuda_single(run: Callable[[], None], events) -> float:
+    begin, end = events
+    begin.record()
+    run()
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) * 1e-3
+
+
+def _cpu_single(run: Callable[[], None]) -> float:
+    t0 = time.perf_counter()
+    run()
+    return time.perf_counter() - t0
+
