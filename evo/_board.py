@@ -11,7 +11,8 @@ How a genome is measured (spending GPU time where it can pay):
 - the first ``probes`` shapes (about the square root of their number, at least 2) always; the rest
   only if the genome made a niche's cut at one of them;
 - at each shape, the first sample above ``CUTOFF_MARGIN`` times the slowest of the shape's
-  ``NICHE_DEPTH`` best ends its timing there (the evaluator also cuts at 4x the anchor).
+  ``NICHE_DEPTH`` best ends its timing there (the evaluator also cuts at 4x the anchor), never one within
+  the shape's target.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ class ShapeBoard:
                     order.append(shape)
         order += [s for s in self.spread if s not in order]
         cutoffs = tuple((s, c) for s in order if (c := self.cutoff(s)) is not None)
-        return ShapePlan(tuple(order), self.probes, cutoffs)
+        floors = tuple((s, t) for s in order if (t := self.target_s(s)) is not None)  # never cut within a target
+        return ShapePlan(tuple(order), self.probes, cutoffs, floors)
 
     def _farthest_first(self) -> tuple[str, ...]:
         """The shapes from the primary on, each next the one farthest from all before it (a shape of

@@ -59,8 +59,14 @@ class WorkloadRun:
         return sum(1 for s in self.board.names
                    if (best := self.board.best(s)) and s in self.board.anchors and best[0] < self.board.anchors[s])
 
-    def resume(self, run_id: int, parents: dict[str, tuple[str, ...]], anchor: list | None) -> dict[str, dict]:
-        """Rebuild the board from the store; returns genome id -> its shape times (for the strategy)."""
+    def resume(self, run_id: int, history) -> dict[str, dict]:
+        """Rebuild the board from the store (``history``: the run's individuals); returns genome id -> its
+        shape times (for the strategy)."""
+        genome_of = {h.individual_id: h.genome_id for h in history}
+        parents: dict[str, tuple[str, ...]] = {}
+        for parent, child, _, _ in self.store.lineage(run_id):
+            parents[genome_of[child]] = parents.get(genome_of[child], ()) + (genome_of[parent],)
+        anchor = self.store.get_run(run_id).anchor
         genomes: dict[str, Genome] = {}
         for m in self.store.measurements(run_id):
             if m.complete and m.verified:

@@ -12,8 +12,9 @@ from rich.table import Table
 
 from db import Database, SchemaError, Store, resolve_url
 from evo.cli import BadInput
+from evo._views import gate_line, mission_anchor, run_dispatch_table
 from evo.experiment import load_experiment, parse_duration
-from fitness import format_seconds, format_span
+from fitness import format_seconds
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> int:
@@ -197,7 +198,7 @@ def cmd_show(args, console: Console) -> int:
     run = store.get_run(args.run)
     if run is None:
         raise BadInput(f"run {args.run} does not exist in {database.description}")
-    anchor = _mission_anchor(run.anchor, run)
+    anchor = mission_anchor(run.anchor, run)
     console.print(f"[bold]run {run.id}[/]: family {run.family}, strategy {run.strategy}, status {run.status}, "
                   f"{run.evaluations} evaluations; target {run.target or '-'} "
                   f"({format_seconds(run.target_seconds)}); anchor {format_seconds(anchor)}"
@@ -208,14 +209,14 @@ def cmd_show(args, console: Console) -> int:
         console.print("hardware: " + ", ".join(f"{k}={v}" for k, v in hardware.items()), highlight=False)
     for name, timings in secondary.items():
         console.print(f"also timed in the evaluator: {name}: "
-                      f"{format_seconds(_mission_anchor(timings, run))} at the mission shape", highlight=False)
+                      f"{format_seconds(mission_anchor(timings, run))} at the mission shape", highlight=False)
     table = Table(title="best individuals")
     for column in ("rank", "individual", "genome id", "gen", "origin", "time", "speedup vs anchor"):
         table.add_column(column)
     best = store.best(run.id, args.top)
     for rank, (individual, evaluation) in enumerate(best, 1):
         # the anchor timed in the same process as this kernel
-        own_anchor = _mission_anchor(evaluation.anchor, run) or anchor
+        own_anchor = mission_anchor(evaluation.anchor, run) or anchor
         speedup = f"{own_anchor / evaluation.fitness_s:.2f}x" if own_anchor else "-"
         table.add_row(str(rank), str(individual.id), individual.genome_id, str(individual.generation),
                       individual.origin, format_seconds(evaluation.fitness_s), speedup)
@@ -224,41 +225,17 @@ def cmd_show(args, console: Console) -> int:
         genome = " ".join(f"{k}={v}" for k, v in sorted(individual.genome.items()))
         console.print(f"#{rank} genome {individual.genome_id}: {genome}", highlight=False, soft_wrap=True)
     for gate, individual in store.gates(run.id):
-        times = [t for r in gate.rounds for t in ([s for _, s in r.get("times") or ()] or [r["mission_s"]])
-                 if t is not None]
-        verdict = "passed" if gate.passed else f"failed: {gate.message}"
-        shapes = [shape for shape, _ in gate.targets or ()]
-        where = f" at {len(shapes)} shape(s)" if len(shapes) > 1 else (f" at {shapes[0]}" if shapes else "")
-        what = ("hard gate" if gate.target_s is not None else "confirmation beside the anchor")
-        console.print(f"{what} on individual {individual.id} ({individual.genome_id}){where}: {len(gate.rounds)} "
-                      f"rounds, {format_span(times)}"
-                      + (f" vs target {format_seconds(gate.target_s)}" if gate.target_s is not None else "")
-                      + f": {verdict}", highlight=False)
+        console.print(gate_line(gate, individual), highlight=False)
     counts = store.failure_counts(run.id)
     console.print("statuses: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none yet"),
                   highlight=False)
-    table = _dispatch(store, run)
+    table = run_dispatch_table(store, run)
     if table is not None:
         from evo.progress import dispatch_table_view
 
         console.print(dispatch_table_view(table))
         console.print(table.summary(), highlight=False)
     return 0
-
-
-def _dispatch(store: Store, run):
-    """A workload run's dispatch table (None for a run of one mission shape)."""
-    if not (run.config or {}).get("workload"):
-        return None
-    from evo.dispatch import dispatch_table
-    from seeds import get_family, parse_workload
-
-    try:
-        family = get_family(run.family)
-        workload = parse_workload(family, run.config["workload"], f"run {run.id}'s workload")
-    except ValueError as exc:
-        raise BadInput(f"run {run.id} cannot be read: {exc}") from None
-    return dispatch_table(store, run.id, family, workload)
 
 
 def cmd_lineage(args, console: Console) -> int:
@@ -276,7 +253,7 @@ def cmd_lineage(args, console: Console) -> int:
     out = Path(args.out or f"run-{run.id}-lineage.{args.format}")
     if out.is_dir():
         raise BadInput(f"--out {out} is a directory; give a file name")
-    report = build_report(store, run.id, _mission_anchor(run.anchor, run))
+    report = build_report(store, run.id, mission_anchor(run.anchor, run))
     written = write_report(report, args.format, out)
     console.print(f"run {run.id}: lineage of individual {report.best_id} ({len(report.steps)} steps), "
                   f"{sum(report.failures.values())} evaluations -> " + ", ".join(str(p) for p in written),
@@ -301,23 +278,6 @@ def cmd_export(args, console: Console) -> int:
                   highlight=False, soft_wrap=True)
     console.print(f"check it: python {Path(args.out) / 'selfcheck.py'}", highlight=False)
     return 0
-
-
-def _mission_anchor(anchor: list | None, run) -> float | None:
-    """The anchor's time at the shape whose time is the run's fitness: the mission shape, or a workload's
-    primary shape."""
-    if not anchor:
-        return None
-    try:
-        from seeds import get_family, parse_workload
-
-        family = get_family(run.family)
-        workload = (run.config or {}).get("workload")
-        mission = (parse_workload(family, workload, "the run's workload").primary.name if workload
-                   else family.mission_shape.name)
-    except ValueError:
-        mission = anchor[0]["shape"]
-    return next((a["median_s"] for a in anchor if a["shape"] == mission), None)
 
 
 def cmd_families(args, console: Console) -> int:

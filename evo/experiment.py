@@ -26,7 +26,6 @@
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -64,15 +63,10 @@ def load_experiment(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     Any problem — missing file, bad TOML, unknown section or key, wrong type — is a ValueError
     naming the file and the key.
     """
+    from seeds._workload import read_toml
+
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ValueError(f"experiment file {str(path)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"experiment file {str(path)!r} cannot be read: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"experiment file {str(path)!r} is not valid TOML: {exc}") from None
+    data = read_toml(path, f"experiment file {str(path)!r}")
     unknown = sorted(set(data) - {"search", "strategy", "workload"})
     if unknown:
         raise ValueError(f"experiment file {str(path)!r}: unknown section(s) {unknown}; expected [search], "

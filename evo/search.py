@@ -205,13 +205,7 @@ class Search:
 
     def _resume_shapes(self, run_id: int, history) -> dict[str, dict]:
         """A workload run's board rebuilt from the store; genome id -> its times per shape."""
-        if self.shapes is None:
-            return {}
-        genome_of = {h.individual_id: h.genome_id for h in history}
-        parents: dict[str, tuple[str, ...]] = {}
-        for parent, child, _, _ in self.store.lineage(run_id):
-            parents[genome_of[child]] = parents.get(genome_of[child], ()) + (genome_of[parent],)
-        return self.shapes.resume(run_id, parents, self.store.get_run(run_id).anchor)
+        return self.shapes.resume(run_id, history) if self.shapes is not None else {}
 
     # -- the loop ---------------------------------------------------------------------------
     def _loop(self, run_id: int, first_batch: list[Genome], resumed: bool) -> SearchOutcome:

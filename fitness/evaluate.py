@@ -47,11 +47,12 @@ class ShapePlan:
     """How a workload run measures one genome: its shapes (by name) in the order to time them, the
     first ``probes`` always, the rest only if the genome was timed in full at one of those (it was
     below the cutoff there: among the best); ``cutoffs``: per shape, the time whose first sample above
-    it cuts the timing short (what the best kernels there allow)."""
+    it cuts the timing short (what the best kernels there allow), never below the shape's ``floors``."""
 
     order: tuple[str, ...]
     probes: int
     cutoffs: tuple[tuple[str, float], ...] = ()
+    floors: tuple[tuple[str, float], ...] = ()  # per shape, a time no cutoff goes below (the shape's target)
 
     def __post_init__(self) -> None:
         if not self.order or not 1 <= self.probes <= len(self.order):
@@ -189,7 +190,7 @@ class Evaluator:
                           stages: StageSeconds, anchor: tuple[ShapeTiming, ...], common: dict) -> EvalResult:
         genome_id = genome.id
         anchors = {t.shape: t.median_s for t in anchor}
-        cutoffs = dict(plan.cutoffs)
+        cutoffs, floors = dict(plan.cutoffs), dict(plan.floors)
         timings: list[ShapeTiming] = []
         checks = list(checks)
         competitive = False
@@ -203,7 +204,8 @@ class Evaluator:
                     continue
                 limits = [x for x in (cutoffs.get(name), ANCHOR_CUTOFF * anchors[name] if name in anchors else None)
                           if x is not None]
-                timing = self.time_shape(kernel, shape, min(limits) if limits else None)
+                cutoff = max(min(limits), floors.get(name, 0.0)) if limits else None
+                timing = self.time_shape(kernel, shape, cutoff)
                 if not timing.cut_short:
                     verify_started = time.perf_counter()
                     check = self.verify_shape(kernel, shape)

@@ -158,18 +158,24 @@ def check_workload(family: "KernelFamily", result: Workload, where: str) -> None
         seen[key] = shape.name
 
 
-def load_workload_file(family: "KernelFamily", path: str | Path) -> Workload:
-    """A workload from a TOML file holding a [workload] table (its name defaults to the file's stem)."""
-    path = Path(path)
-    where = f"workload file {str(path)!r}"
+def read_toml(path: Path, where: str) -> dict:
+    """A TOML file's tables; ValueError starting with ``where`` (e.g. "workload file 'x.toml'") when it is
+    missing, unreadable or not TOML. Experiment files are read with it too."""
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ValueError(f"{where} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{where} cannot be read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{where} is not valid TOML: {exc}") from None
+
+
+def load_workload_file(family: "KernelFamily", path: str | Path) -> Workload:
+    """A workload from a TOML file holding a [workload] table (its name defaults to the file's stem)."""
+    path = Path(path)
+    where = f"workload file {str(path)!r}"
+    data = read_toml(path, where)
     table = data.get("workload")
     if table is None or set(data) - {"workload"}:
         raise ValueError(f"{where} must hold one [workload] table and nothing else")

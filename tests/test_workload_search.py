@@ -68,6 +68,25 @@ def test_a_workload_search_exported_as_one_op_that_checks_itself(ray_session, tm
 
 
 @pytest.mark.slow
+def test_a_per_shape_target_passes_the_gate_at_every_shape(ray_session, tmp_path, capsys):
+    """--target applies per shape (here an easy 100x each shape's anchor); once every shape has a kernel
+    within it, each winning kernel passes the hard gate at the shapes it wins, and only then is it reached."""
+    db = tmp_path / "evo.db"
+    assert main(["search", "--family", "cpu_gemm", "--workload", "small", "--target", "100x", "--gate-rounds", "2",
+                 "--budget", "40", "--population", "6", "--db", str(db), "--trials", "1"]) == 0
+    assert rows(db, "SELECT status FROM runs") == [("target_reached",)]
+    gates = rows(db, "SELECT passed, targets, rounds FROM gate_checks WHERE target_s IS NOT NULL")
+    gated = {shape for passed, targets, _ in gates if passed for shape, _ in json.loads(targets)}
+    assert gated == {s.name for s in SMALL.shapes}
+    anchors = {a["shape"]: a["median_s"] for a in json.loads(rows(db, "SELECT anchor FROM runs")[0][0])}
+    for passed, targets, rounds in gates:
+        for shape, limit in json.loads(targets):
+            assert limit == pytest.approx(100 * anchors[shape])  # each shape's target is to its own anchor
+        assert not passed or len(json.loads(rounds)) == 2
+    assert "hard gate passed" in capsys.readouterr().out
+
+
+@pytest.mark.slow
 def test_a_workload_search_resumes_with_its_board(ray_session, tmp_path):
     db = tmp_path / "evo.db"
     assert main(["search", "--family", "cpu_gemm", "--workload", "small", "--budget", "10", "--population", "5",

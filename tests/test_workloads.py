@@ -2,9 +2,7 @@
 the dispatch table a run's measurements make, the per-shape board of a search, and the evaluator
 measuring a workload (on the CPU family)."""
 
-import json
 import math
-from pathlib import Path
 
 import pytest
 
@@ -14,7 +12,7 @@ from evo.cli import main
 from evo.dispatch import MARGIN, build_table
 from evo.strategies import Observation, make_strategy
 from fitness import BuildConfig, Builder, EvalConfig, Evaluator, ShapePlan, Status, Target, screen
-from seeds import DispatchTable, distance, get_family, parse_workload, resolve_workload, shape
+from seeds import DispatchTable, distance, get_family, parse_workload, resolve_workload
 from seeds._dispatch import Dispatcher
 
 CPU = get_family("cpu_gemm")
@@ -238,3 +236,27 @@ def test_the_evaluator_times_the_plan_cuts_short_and_stops_after_the_probes(tmp_
     assert stopped.status is Status.OK and [t.shape for t in stopped.timings] == ["a", "b"]
     assert all(t.cut_short and t.runs == 1 for t in stopped.timings)
     assert "timed at 2 of 3 shapes" in stopped.message and {c.shape for c in stopped.checks} == {"mission", "tall", "ragged"}
+
+
+def test_a_confirmation_times_the_kernel_beside_the_anchor(tmp_path):
+    """Evaluator.gate with the anchor: every round re-verifies and times the kernel and the anchor in turns."""
+    workload = _workload(("a", 1.0), ("b", 1.0))
+    evaluator = Evaluator(CPU, EvalConfig(trials=1, workload=workload), tmp_path / "loaded")
+    genome = CPU.seed_genomes[0].replace(loop_order="register", rows_per_step=4, vec_width=8, block_k=64)
+    build = Builder(BuildConfig(tmp_path / "cache")).build(genome.id, CPU.build_recipe(genome))
+    result = evaluator.gate(genome, build, [("a", None), ("b", None)], rounds=2, with_anchor=True)
+    assert result.passed and result.target_s is None and len(result.rounds) == 2
+    for round_ in result.rounds:
+        assert [s for s, _ in round_.times] == ["a", "b"] == [s for s, _ in round_.anchor_times]
+        assert all(t > 0 for _, t in round_.times + round_.anchor_times) and round_.mission_s == round_.times[0][1]
+    over = evaluator.gate(genome, build, [("a", None), ("b", 1e-12)], rounds=2, with_anchor=True)
+    assert not over.passed and "at b is over the target" in over.message and len(over.rounds) == 1
+
+
+def test_knob_importance_credits_only_the_knobs_the_timed_kernel_reads():
+    flashcore = get_family("flashcore")
+    d64 = flashcore.knobs_read(flashcore.mission_shape)
+    d128 = flashcore.knobs_read(next(s for s in flashcore.shapes if s["d"] == 128))
+    assert "block_n_d64" in d64 and "block_n_d128" not in d64 and "warps_d128" not in d64
+    assert "block_n_d128" in d128 and not any(k.endswith("_d64") for k in d128) and "overlap_tiles" not in d128
+    assert CPU.knobs_read(CPU.mission_shape) == {k.name for k in CPU.space.knobs}

@@ -1,0 +1,51 @@
+"""What a stored run says, as `evo show` and `evo lineage` print it: its fitness shape's anchor, its
+hard gates and confirmations, a workload run's dispatch table."""
+
+from __future__ import annotations
+
+from db import Store
+from evo.cli import BadInput
+from fitness import format_seconds, format_span
+
+
+def mission_anchor(anchor: list | None, run) -> float | None:
+    """The anchor's time at the shape whose time is the run's fitness: the mission shape, or a workload's
+    primary shape."""
+    if not anchor:
+        return None
+    try:
+        from seeds import get_family, parse_workload
+
+        family = get_family(run.family)
+        workload = (run.config or {}).get("workload")
+        mission = (parse_workload(family, workload, "the run's workload").primary.name if workload
+                   else family.mission_shape.name)
+    except ValueError:
+        mission = anchor[0]["shape"]
+    return next((a["median_s"] for a in anchor if a["shape"] == mission), None)
+
+
+def gate_line(gate, individual) -> str:
+    """One hard gate (or a workload winner's confirmation) of `evo show`."""
+    times = [t for r in gate.rounds for t in ([s for _, s in r.get("times") or ()] or [r["mission_s"]]) if t is not None]
+    shapes = [shape for shape, _ in gate.targets or ()]
+    where = f" at {len(shapes)} shapes" if len(shapes) > 1 else (f" at {shapes[0]}" if shapes else "")
+    what = "hard gate" if gate.target_s is not None else "confirmation beside the anchor"
+    limit = f" vs target {format_seconds(gate.target_s)}" if gate.target_s is not None else ""
+    return (f"{what} on individual {individual.id} ({individual.genome_id}){where}: {len(gate.rounds)} rounds, "
+            f"{format_span(times)}{limit}: " + ("passed" if gate.passed else f"failed: {gate.message}"))
+
+
+def run_dispatch_table(store: Store, run):
+    """A workload run's dispatch table (None for a run of one mission shape)."""
+    if not (run.config or {}).get("workload"):
+        return None
+    from evo.dispatch import dispatch_table
+    from seeds import get_family, parse_workload
+
+    try:
+        family = get_family(run.family)
+        workload = parse_workload(family, run.config["workload"], f"run {run.id}'s workload")
+    except ValueError as exc:
+        raise BadInput(f"run {run.id} cannot be read: {exc}") from None
+    return dispatch_table(store, run.id, family, workload)
