@@ -225,6 +225,8 @@ class Search:
             status = self._drive(run_id, pipeline)
             if self.shapes is not None:
                 dispatch = self.shapes.confirm(run_id, pipeline)
+                for item in pipeline.poll(0):  # evaluations that were under way when the search stopped
+                    self._record(run_id, item, pipeline)
         except KeyboardInterrupt:
             status = "interrupted"
             raise

@@ -210,7 +210,7 @@ def test_evolution_breeds_from_the_best_of_every_shape():
     times = {"a": [1, 2, 3, 4, 5, 6], "b": [6, 5, 4, 3, 2, 1], "c": [3, 1, 2, 6, 5, 4]}
     strategy.tell([Observation(g, 0, "ok", 1.0, {s: t[i] * 1e-3 for s, t in times.items()})
                    for i, g in enumerate(genomes)])
-    pool = strategy._pool()
+    pool = strategy._pool(strategy.niche_rankings())
     assert pool[:3] == [genomes[1], genomes[0], genomes[5]]  # each shape's best, the heaviest shape's first
     assert len(pool) == 4
     proposals = strategy.ask(6)

@@ -83,13 +83,12 @@ class EvolutionStrategy(Strategy):
                     ranked[shape].append((seconds, o.genome))
         return {shape: [g for _, g in sorted(entries, key=lambda e: (e[0], e[1].id))] for shape, entries in ranked.items()}
 
-    def _pool(self) -> list:
+    def _pool(self, rankings: dict[str, list]) -> list:
         """The parents: the best ``population`` genomes; in a workload run each shape's best in turns
         (every shape's best first, those winning the most weight leading; then each shape's second, ...),
         every genome once, at least every shape's best."""
         if not self.niches:
             return [o.genome for o in self.ranked()[: self.population]]
-        rankings = self.niche_rankings()
         wins: dict[str, float] = {}
         for shape, ranked in rankings.items():
             if ranked:
@@ -111,7 +110,8 @@ class EvolutionStrategy(Strategy):
 
     def ask(self, n: int) -> list[Proposal]:
         rng = self.rng()
-        pool = self._pool()
+        rankings = self.niche_rankings() if self.niches else {}
+        pool = self._pool(rankings)
         if not pool and self.niches:  # no shape timed in full yet: the fastest at the primary shape
             pool = [o.genome for o in self.ranked()[: self.population]]
         if not pool:  # nothing works yet: vary the seeds and whatever was tried
@@ -125,10 +125,10 @@ class EvolutionStrategy(Strategy):
         while len(proposals) < n and attempts < 30 * n:
             attempts += 1
             if len(pool) >= 2 and rng.random() < self.options.crossover_rate:
-                first, second = self._select(pool, rng, 2)
+                first, second = self._select(pool, rng, 2, rankings)
                 offspring = self._try_crossover(first, second, strength, rng)
             else:
-                offspring = self._try_mutation(self._select(pool, rng, 1)[0], strength, rng)
+                offspring = self._try_mutation(self._select(pool, rng, 1, rankings)[0], strength, rng)
             self._add(proposals, offspring)
         if len(proposals) < n:  # the neighbourhood is used up: jump further from the best
             proposals += self._explore(pool, n - len(proposals), rng)
@@ -157,10 +157,9 @@ class EvolutionStrategy(Strategy):
         return proposals
 
     # -- pieces -----------------------------------------------------------------------------
-    def _select(self, pool: list, rng: random.Random, k: int) -> list:
+    def _select(self, pool: list, rng: random.Random, k: int, rankings: dict[str, list]) -> list:
         """Linear rank selection without replacement (k distinct parents when possible); in a workload
         run each parent from a shape drawn by its weight, by rank among that shape's best."""
-        rankings = self.niche_rankings() if self.niches else {}
         shapes = [s for s in rankings if rankings[s]]
         if shapes:
             chosen: list = []

@@ -106,11 +106,24 @@ class Launcher:
         else:
             self.resident = multiprocessors() * g["blocks_per_sm"]
         self.kept: dict[Any, Any] = {}
+        self.padded_weights: dict[Any, Any] = {}  # (w's pointer, version, shape) -> (w, w padded), see launch
+
+    def _padded_weight(self, w):
+        """w with its rows padded (``pad_k``), once per weight tensor and version, as a model pads its
+        parameters once at load time; the entry holds w itself, so that its memory cannot be reused by
+        another tensor while the entry stands."""
+        key = (w.data_ptr(), w._version, tuple(w.shape))
+        if key not in self.padded_weights:
+            if len(self.padded_weights) >= 8:
+                self.padded_weights.pop(next(iter(self.padded_weights)))
+            self.padded_weights[key] = (w, pad_k(w))
+        return self.padded_weights[key][1]
 
     def launch(self, s: Mapping, a, w, bias, pos, output) -> None:
         """output [M, N] bf16 = a [M, K] bf16 @ w [N, K]^T + bias [N] fp32 + pos [P, N] fp32 (row
         b * P + p adds pos[p]); contiguous CUDA tensors, on torch's current stream. N a multiple of 8;
-        K anything (not a multiple of 8: a and w are first copied with their rows padded, ``pad_k``)."""
+        K anything (not a multiple of 8: a is copied with its rows padded each launch, ``pad_k``, and w once
+        per weight, ``_padded_weight``)."""
         import torch
 
         g = self.genome
@@ -118,7 +131,7 @@ class Launcher:
             raise ValueError(f"this kernel cannot run N = {s['n']}, P = {s['p']}: it needs N a multiple of 8"
                              + (f" and P >= {wg_rows(g)} (pos_tma)" if g["pos_tma"] else ""))
         if s["k"] % 8:  # rows of K values are not 16 bytes apart: the TMA reads copies padded with zeros
-            a, w = pad_k(a), pad_k(w)
+            a, w = pad_k(a), self._padded_weight(w)
             s = {"m": s["m"], "n": s["n"], "k": a.shape[1], "p": s["p"]}
         m, n, k, p = s["m"], s["n"], s["k"], s["p"]
         stream = torch.cuda.current_stream().cuda_stream
