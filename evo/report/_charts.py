@@ -119,7 +119,7 @@ def shape_speedups(report: LineageReport) -> bytes:
     """One bar a shape: the fastest verified kernel's speedup over the anchor (log scale), coloured by
     kernel (which genome wins where); hatched where the op runs PyTorch instead."""
     rows = [r for r in report.dispatch.rows if r.speedup]
-    plt, figure, axes = _figure(height=max(2.4, 0.26 * len(rows) + 1.2))
+    plt, figure, axes = _figure(width=9.0, height=max(2.4, 0.26 * len(rows) + 1.2))
     kernels = list(dict.fromkeys(r.genome_id for r in rows))
     colours = {g: PALETTE[i % len(PALETTE)] for i, g in enumerate(kernels)}
     bars = axes.barh([r.shape for r in rows], [r.speedup - 1.0 for r in rows], left=1.0,  # from the anchor's 1x
@@ -138,7 +138,8 @@ def shape_speedups(report: LineageReport) -> bytes:
     from matplotlib.patches import Patch
 
     handles = [Patch(color=colours[g], label=g) for g in kernels[:len(PALETTE)]]
-    axes.legend(handles=[*axes.get_legend_handles_labels()[0], *handles], fontsize=7, loc="lower right")
+    axes.legend(handles=[*axes.get_legend_handles_labels()[0], *handles], fontsize=7, loc="upper left",
+                bbox_to_anchor=(1.01, 1.0), title="kernel", title_fontsize=7)
     return _png(plt, figure)
 
 
