@@ -18,7 +18,7 @@ from rich.console import Console
 
 from db import Database, Store, resolve_url
 from evo.search import Search, SearchConfig
-from fitness.workers import start_ray
+from fitness import start_ray
 
 
 class _Quiet:

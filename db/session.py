@@ -6,8 +6,10 @@ new database at the newest schema, and refuses an older schema with the command 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -55,11 +57,18 @@ def resolve_url(value: str | None) -> URL:
         raise ValueError("an in-memory SQLite database would lose every result when evo exits: "
                          "give a file (sqlite:///evo.db or a path)")
     try:
-        url.get_dialect()
+        dialect = url.get_dialect()
+        if getattr(dialect, "is_async", False):
+            raise ValueError(f"database URL names an asynchronous driver ({url.drivername!r}); evo needs a synchronous "
+                             f"one, e.g. postgresql+psycopg://")
+        dialect.import_dbapi()  # the driver itself: missing, it is the user's to install, not a traceback
     except NoSuchModuleError:
         raise ValueError(f"database URL names an unknown backend {url.drivername!r}") from None
     except ImportError as exc:
-        raise ValueError(f"database backend {url.drivername!r} needs a driver that is not installed ({exc.name})") from None
+        hint = ("pip install -e '.[postgres]' (psycopg) or use postgresql+psycopg://" if url.get_backend_name() ==
+                "postgresql" else "install it, or use SQLite (a file path) or postgresql+psycopg://")
+        raise ValueError(f"database backend {url.drivername!r} needs its driver, which is not installed "
+                         f"({exc.name}): {hint}") from None
     return url
 
 
@@ -136,13 +145,37 @@ class Database:
             reason = " ".join(str(exc.orig).split())  # one line: drivers' messages span several
             raise SchemaError(f"cannot open database {self.description}: {reason}") from None
 
+    def refuse_a_database_not_evos(self) -> None:
+        """SchemaError, having written nothing, when the SQLite file is not a database or is another
+        application's (tables, but no evo schema version): evo's own connections would switch it to WAL
+        and ``upgrade`` would add evo's tables to it. Read through a read-only connection of its own."""
+        if not is_sqlite_file(self.url) or not self.exists() or self.is_empty_file():
+            return
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{Path(self.url.database).as_posix()}?mode=ro", uri=True)) as c:
+                tables = {row[0] for row in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.DatabaseError as exc:
+            raise SchemaError(f"cannot open database {self.description}: {exc}") from None
+        if tables and "alembic_version" not in tables:
+            raise SchemaError(f"database {self.description} is not evo's: it holds other tables "
+                              f"({', '.join(sorted(tables)[:5])}) and no evo schema; evo leaves it as it is "
+                              f"(give --db another file)")
+
     def current_revision(self) -> str | None:
+        self.refuse_a_database_not_evos()
         with self._reporting_connection_errors(), self.engine.connect() as connection:
             return MigrationContext.configure(connection).get_current_revision()
 
     def upgrade(self) -> tuple[str | None, str]:
-        """Migrate to the newest schema; returns (revision before, revision after)."""
+        """Migrate to the newest schema; returns (revision before, revision after). A database with
+        tables of another application (and no evo schema) is refused, untouched."""
         before = self.current_revision()
+        if before is None:
+            with self._reporting_connection_errors(), self.engine.connect() as connection:
+                foreign = set(inspect(connection).get_table_names()) - {"alembic_version"}
+            if foreign:
+                raise SchemaError(f"database {self.description} is not evo's: it holds other tables "
+                                  f"({', '.join(sorted(foreign)[:5])}) and no evo schema; evo leaves it as it is")
         with self._reporting_connection_errors(), self.engine.begin() as connection:
             command.upgrade(self._alembic(connection), "head")
         return before, self.head_revision()
@@ -155,6 +188,7 @@ class Database:
         """
         if not create and self.is_empty_file():
             raise SchemaError(f"database {self.description} is empty: no evo run has been stored in it")
+        self.refuse_a_database_not_evos()
         with self._reporting_connection_errors(), self._schema_lock(exclusive=create):
             with self.engine.connect() as connection:
                 tables = set(inspect(connection).get_table_names())

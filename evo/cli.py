@@ -16,10 +16,15 @@ from typing import Sequence
 from rich.console import Console
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
 
 
 class BadInput(Exception):
     """Raised for anything the user gave us that we cannot use; printed as one line, exit 2."""
+
+
+class Interrupted(Exception):
+    """A search stopped by Ctrl-C or SIGTERM, its message saying what to do next; exit 130."""
 
 
 _URL_PASSWORD = re.compile(r"(\b[A-Za-z][\w+.-]*://[^:/@\s]*:)[^@\s]*@")
@@ -118,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     doctor = commands.add_parser("doctor", help="check nvcc, GPU, Ray, C++ compiler and the database")
     doctor.add_argument("--db", help=db_help)
+    doctor.add_argument("--ray-address", help="also join this Ray cluster: its nodes, CPUs, GPUs, and whether evo "
+                        "imports on its workers")
 
     database = commands.add_parser("db", help="database maintenance")
     db_commands = database.add_subparsers(dest="db_command", required=True, parser_class=_Parser)
@@ -128,23 +135,54 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _values_may_start_with_a_dash(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
+    """``--target -1x`` as ``--target=-1x``: argparse takes a value that starts with a dash (and is not a
+    plain negative number) for an option and says "expected one argument"; joined, the value reaches
+    its own check, which names what is wrong with it."""
+    valued, flags = set(), set()
+    parsers = [parser]
+    while parsers:
+        current = parsers.pop()
+        for action in current._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers.extend(action.choices.values())
+            elif action.option_strings:
+                (valued if action.nargs is None and action.const is None else flags).update(action.option_strings)
+    argv = list(argv)
+    joined, index = [], 0
+    while index < len(argv):
+        token = argv[index]
+        following = argv[index + 1] if index + 1 < len(argv) else None
+        if token in valued and following is not None and following.startswith("-") and len(following) > 1 \
+                and following.split("=")[0] not in valued | flags:
+            joined.append(f"{token}={following}")
+            index += 2
+        else:
+            joined.append(token)
+            index += 1
+    return joined
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # piped or captured: wide enough that tables (per-shape ones too) keep whole names and figures
     console = Console() if sys.stdout.isatty() else Console(width=200)
     errors = Console(stderr=True)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args = parser.parse_args(_values_may_start_with_a_dash(parser, sys.argv[1:] if argv is None else argv))
         from evo import commands
 
         return commands.dispatch(args, console)
     except BadInput as exc:
         errors.print(f"error: {error_line(str(exc))}", highlight=False, markup=False, soft_wrap=True)
         return EXIT_BAD_INPUT
+    except Interrupted as exc:
+        errors.print(str(exc), highlight=False, markup=False, soft_wrap=True)
+        return EXIT_INTERRUPTED
     except KeyboardInterrupt:
-        errors.print("interrupted: the run is marked interrupted; continue it with `evo search --resume RUN`",
-                     highlight=False, markup=False)
-        return 130
+        errors.print("interrupted", highlight=False, markup=False)
+        return EXIT_INTERRUPTED
 
 
 def _interrupt(signum, frame) -> None:

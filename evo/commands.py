@@ -11,13 +11,15 @@ from rich.console import Console
 from rich.table import Table
 
 from db import Database, SchemaError, Store, resolve_url
-from evo.cli import BadInput
+from evo.cli import BadInput, Interrupted
 from evo._views import gate_line, mission_anchor, run_dispatch_table
 from evo.experiment import load_experiment, parse_duration
 from fitness import format_seconds
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> int:
+    from evo._doctor import cmd_doctor
+
     handlers = {"search": cmd_search, "runs": cmd_runs, "show": cmd_show, "lineage": cmd_lineage,
                 "export": cmd_export, "families": cmd_families, "doctor": cmd_doctor, "db": cmd_db}
     return handlers[args.command](args, console)
@@ -27,7 +29,8 @@ def dispatch(args: argparse.Namespace, console: Console) -> int:
 def _database(args, *, must_exist: bool) -> Database:
     try:
         database = Database(resolve_url(getattr(args, "db", None)))
-    except ValueError as exc:
+        database.refuse_a_database_not_evos()  # before anything, even a compile, is written
+    except (ValueError, SchemaError) as exc:
         raise BadInput(str(exc)) from None
     if must_exist and not database.exists():
         raise BadInput(f"no database at {database.description} (run `evo search` first or pass --db)")
@@ -75,6 +78,10 @@ def _search_settings(args) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def cmd_search(args, console: Console) -> int:
+    if args.ray_address:
+        from fitness import prepare_to_join
+
+        prepare_to_join()  # before anything imports Ray: it reads its settings then
     from evo.progress import ConsoleReporter
     from evo.search import Search, SearchConfig
     from seeds import get_family
@@ -99,7 +106,7 @@ def cmd_search(args, console: Console) -> int:
         except ValueError as exc:
             raise BadInput(f"run {args.resume} cannot resume: {exc}") from None
         search = Search(config, store, ConsoleReporter(console, budget=config.budget), ray_address=args.ray_address)
-        return search.resume(args.resume).exit_code
+        return _run(search, lambda: search.resume(args.resume))
     settings["strategy_options"] = options
     settings.setdefault("strategy", "evolution")
     if "sampler" in options and settings["strategy"] != "optuna":
@@ -128,8 +135,24 @@ def cmd_search(args, console: Console) -> int:
     _refuse_a_family_that_does_not_compile(family, config)
     store = _open(database)
     search = Search(config, store, ConsoleReporter(console, budget=config.budget), ray_address=args.ray_address)
-    return search.start().exit_code
+    return _run(search, search.start)
 
+
+def _run(search, go) -> int:
+    """Run a search to its exit code; a Ray address that cannot be joined is bad input (nothing written);
+    an interrupt (Ctrl-C, SIGTERM) closes the live line and names the run to resume (exit 130)."""
+    from fitness import RayUnavailable
+
+    try:
+        return go().exit_code
+    except RayUnavailable as exc:
+        raise BadInput(str(exc)) from None
+    except KeyboardInterrupt:
+        search.reporter.close()
+        if search.run_id is None:
+            raise Interrupted("interrupted before a run was written: nothing to resume") from None
+        raise Interrupted(f"interrupted: run {search.run_id} is marked interrupted; continue it with "
+                          f"`evo search --resume {search.run_id}`") from None
 
 def _workload(args, family, table):
     """--workload (a built-in name or a TOML file), else the experiment file's [workload] table."""
@@ -253,8 +276,13 @@ def cmd_lineage(args, console: Console) -> int:
     out = Path(args.out or f"run-{run.id}-lineage.{args.format}")
     if out.is_dir():
         raise BadInput(f"--out {out} is a directory; give a file name")
+    if not out.resolve().parent.is_dir():
+        raise BadInput(f"--out {out}: the directory {out.resolve().parent} does not exist")
     report = build_report(store, run.id, mission_anchor(run.anchor, run))
-    written = write_report(report, args.format, out)
+    try:
+        written = write_report(report, args.format, out)
+    except OSError as exc:
+        raise BadInput(f"cannot write the report {out}: {exc.strerror or exc}") from None
     console.print(f"run {run.id}: lineage of individual {report.best_id} ({len(report.steps)} steps), "
                   f"{sum(report.failures.values())} evaluations -> " + ", ".join(str(p) for p in written),
                   highlight=False, soft_wrap=True)
@@ -305,51 +333,6 @@ def cmd_families(args, console: Console) -> int:
                           + ("" if runs else f"; built but unverified on this machine ({why})"),
                           highlight=False, markup=False)
     return 0
-
-
-def cmd_doctor(args, console: Console) -> int:
-    from fitness.build import compiler_command, compiler_version
-
-    table = Table(title="evo doctor")
-    table.add_column("check")
-    table.add_column("status")
-    table.add_column("detail")
-    essential_ok = True
-
-    def row(name, ok, detail, essential=False):
-        nonlocal essential_ok
-        essential_ok &= ok or not essential
-        table.add_row(name, "[green]ok[/]" if ok else ("[red]missing[/]" if essential else "[yellow]absent[/]"), detail)
-
-    for label, compiler, essential in (("C++ compiler", "c++", True), ("nvcc", "nvcc", False)):
-        command = compiler_command(compiler)
-        path = shutil.which(command)
-        version = (compiler_version(compiler) or "") if path else ""
-        row(label, bool(path), f"{path} {version}" if path else f"{command} not on PATH", essential)
-    import torch
-
-    gpu = torch.cuda.is_available()
-    row("GPU (torch)", gpu, torch.cuda.get_device_name() if gpu else f"torch {torch.__version__}: no CUDA device")
-    try:
-        from cuda.bindings import driver  # noqa: F401
-
-        row("cuda.bindings", True, "driver API bindings importable")
-    except ImportError:
-        row("cuda.bindings", False, "not installed (needed to launch CUDA families)")
-    import ray
-
-    row("Ray", True, f"ray {ray.__version__}", True)
-    try:
-        database = Database(resolve_url(args.db))
-        if database.exists():
-            database.open(create=False)
-            row("database", True, f"{database.description} at schema {database.current_revision()}", True)
-        else:
-            row("database", True, f"{database.description} (will be created)", True)
-    except (ValueError, SchemaError) as exc:
-        row("database", False, str(exc), True)
-    console.print(table)
-    return 0 if essential_ok else 1
 
 
 def cmd_db(args, console: Console) -> int:

@@ -23,6 +23,7 @@ beside it); this file fills it in: __KERNELS_JSON__, __DISPATCH_JSON__ and __OP_
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shlex
@@ -85,6 +86,8 @@ def _check_target(family, out: Path) -> None:
         raise ValueError(f"family {family.name} has no export template")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"--out {out} exists and is not an empty directory")
+    if not out.exists() and not out.resolve().parent.is_dir():
+        raise ValueError(f"--out {out}: the directory {out.resolve().parent} does not exist")
 
 
 def export_individual(store: Store, run_id: int, individual_id: int | None, out: Path) -> ExportResult:
@@ -183,8 +186,6 @@ def _baked_source(recipe, header: str) -> tuple[str, list[str]]:
 
 def _write_package(family, run, module_name: str, kernels: list[_Kernel], dispatch: dict, metadata: dict,
                    out: Path) -> tuple[Path, ...]:
-    import torch
-
     built = []
     for kernel in kernels:  # every build first: nothing is written for a kernel that no longer builds
         recipe = family.build_recipe(kernel.genome)
@@ -192,7 +193,24 @@ def _write_package(family, run, module_name: str, kernels: list[_Kernel], dispat
         if build.status is not Status.OK:
             raise ValueError(f"individual {kernel.individual_id} no longer builds here: {build.message}")
         built.append((kernel, recipe, build))
-    out.mkdir(parents=True, exist_ok=True)
+    created = not out.exists()
+    try:
+        return _write_files(family, run, module_name, built, kernels, dispatch, metadata, out)
+    except OSError as exc:  # a read-only or full file system: nothing half-written is left behind
+        with contextlib.suppress(OSError):
+            if created:
+                shutil.rmtree(out, ignore_errors=True)
+            else:
+                for path in out.iterdir():
+                    path.unlink(missing_ok=True)
+        raise ValueError(f"cannot write the package to {out}: {exc.strerror or exc}") from None
+
+
+def _write_files(family, run, module_name: str, built, kernels: list[_Kernel], dispatch: dict, metadata: dict,
+                 out: Path) -> tuple[Path, ...]:
+    import torch
+
+    out.mkdir(exist_ok=True)
     files: list[Path] = []
 
     def write(name: str, text: str | bytes) -> None:
@@ -214,8 +232,9 @@ def _write_package(family, run, module_name: str, kernels: list[_Kernel], dispat
     (out / "build.sh").chmod(0o755)
     kernel_table = {k.genome.id: {"genome": k.genome.as_dict(), "artifact": k.artifact_name} for k, _, _ in built}
     template = family.export_template.read_text()
-    write(f"{module_name}.py", template.replace("__KERNELS_JSON__", repr(json.dumps(kernel_table, sort_keys=True)))
-          .replace("__DISPATCH_JSON__", repr(json.dumps(dispatch))).replace("__OP_NAME__", module_name))
+    module = (template.replace("__KERNELS_JSON__", repr(json.dumps(kernel_table, sort_keys=True)))
+              .replace("__DISPATCH_JSON__", repr(json.dumps(dispatch))).replace("__OP_NAME__", module_name))
+    write(f"{module_name}.py", module)
     compiler = recipe.compiler if built else ("nvcc" if family.device == "cuda" else "c++")
     metadata = dict(
         family=family.name, description=family.description, run=run.id, module=module_name,
@@ -233,4 +252,39 @@ def _write_package(family, run, module_name: str, kernels: list[_Kernel], dispat
     write("evo_dispatch.py", _dispatch_module().read_text())
     shutil.copyfile(SELFCHECK, out / "selfcheck.py")
     files.append(out / "selfcheck.py")
+    write("README.md", package_readme(family, run, module_name, module, metadata, commands))
     return tuple(files)
+
+
+def package_readme(family, run, module_name: str, module: str, metadata: dict, commands: list) -> str:
+    """What the package is, how to call it (the module's own docstring), what it needs, and how it was
+    measured (the dispatch table of a workload's op)."""
+    usage = module.split('"""')[1].strip() if module.count('"""') >= 2 else ""
+    device = (run.hardware or {}).get("device", "unknown")
+    workload = metadata.get("workload")
+    what = (f"The op of workload `{workload['name']}` ({len(metadata['shapes'])} shapes) of family `{family.name}`, "
+            f"from evo run {run.id}: each shape runs its fastest verified kernel ({len(metadata['kernels'])} of "
+            f"them ship here), or PyTorch's own computation ({metadata['anchor_name']}) where none is faster."
+            if workload else f"Kernel `{metadata['genome_id']}` of family `{family.name}` (evo run {run.id}, "
+            f"individual {metadata['individual']}).")
+    needs = ["torch (the package imports nothing of evo)"]
+    if family.device == "cuda":
+        needs.append("cuda.bindings (NVIDIA's driver-API bindings) and a GPU the cubins were built for "
+                     "(`build.sh` names the target; sm_90a: an H100 or H200)")
+    if any("-march=native" in c for c in commands):
+        needs.append(f"a CPU with the instruction set of the machine it was built on ({device}): the library "
+                     f"was compiled with `-march=native`; elsewhere run `sh build.sh` first (a C++ compiler with "
+                     f"OpenMP)")
+    timing = ("each call timed alone after the cache was flushed by reads" if metadata.get("cold_cache")
+              else "CUDA-graph replays of back-to-back calls" if family.device == "cuda"
+              else "single calls timed with perf_counter")
+    lines = [f"# {module_name}", "", what, "", f"{family.description}.", "", "## Calling it", "", usage, "",
+             "## What it needs", "", *[f"- {n}" for n in needs], "", "## How it was measured", "",
+             f"On {device}, {timing}; the anchor ({metadata['anchor_name']}) timed in the same process. "
+             "`python selfcheck.py` re-verifies every shape on fresh inputs and re-times it here "
+             "(`--cold-cache` / `--no-cold-cache`); `metadata.json` holds every figure."]
+    if workload:
+        lines += ["", "| shape | runs | kernel | anchor |", "|---|---|---|---|"]
+        lines += [f"| {r['shape']} | {'PyTorch' if r['choice'] == 'pytorch' else '`' + r['choice'] + '`'} | "
+                  f"{format_seconds(r['kernel_s'])} | {format_seconds(r['anchor_s'])} |" for r in metadata["table"]]
+    return "\n".join(lines) + "\n"

@@ -55,14 +55,15 @@ class ConsoleReporter:
                               refresh_per_second=4, transient=True)
             self._live.start()
 
-    def evaluated(self, state: LoopState, genome: Genome, result: EvalResult) -> None:
+    def evaluated(self, state: LoopState, genome: Genome, result: EvalResult, generation: int) -> None:
+        """One finished evaluation; ``generation`` is the genome's own (as stored), not the newest bred."""
         done = f"{state.evaluations}" + (f"/{self.budget}" if self.budget else "")
         if self._live is not None:
-            self._live.update(Text(f"generation {state.generation}  evaluations {done} ({status_counts(state.statuses)})  "
+            self._live.update(Text(f"newest generation {state.generation}  evaluations {done} ({status_counts(state.statuses)})  "
                                    + _best_line(state)))
             return
         outcome = format_seconds(result.fitness_s) if result.fitness_s is not None else result.status.value
-        self.console.print(f"[{done}] gen {state.generation} {genome.id} {outcome:>13}  " + _best_line(state),
+        self.console.print(f"[{done}] gen {generation} {genome.id} {outcome:>13}  " + _best_line(state),
                            highlight=False, markup=False, soft_wrap=True)
 
     def message(self, text: str) -> None:

@@ -8,19 +8,20 @@ finishes, so a killed search resumes without losing or repeating a finished eval
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from db import NewIndividual, ParentLink, Store
+from evo._config import SearchConfig
 from evo._workload_run import WorkloadRun
 from evo.dispatch import DispatchTable
 from evo.strategies import Observation, Proposal, Strategy, make_strategy
-from fitness import BuildConfig, EvalConfig, EvalResult, Target, default_cache_dir, format_seconds, format_span
-from fitness.workers import Finished, Pipeline, PipelineConfig, start_ray
+from fitness import (BuildConfig, EvalConfig, EvalResult, Target, default_cache_dir, format_seconds, format_span,
+                     start_ray)
+from fitness.workers import Finished, Pipeline, PipelineConfig
 from kernel_genome import Genome
 from seeds import KernelFamily, get_family, parse_workload
 
@@ -28,76 +29,6 @@ EXIT_TARGET_REACHED = 0  # also: the budget ran out and no target had been set
 EXIT_BUDGET_EXHAUSTED = 3
 EXIT_SPACE_EXHAUSTED = 4
 EXIT_INTERRUPTED = 130
-
-
-@dataclass(frozen=True)
-class SearchConfig:
-    """Everything that defines a search; stored with the run so that it can resume."""
-
-    family: str
-    mission: str | None = None  # the shape whose time is the fitness (default: the family's own mission shape)
-    strategy: str = "evolution"
-    strategy_options: dict = field(default_factory=dict)
-    target: str | None = None
-    budget: int | None = 100  # evaluations, seeds included
-    time_budget_s: float | None = None
-    population: int = 8
-    seed: int = 0
-    trials: int = 3
-    cold_cache: bool = False  # time every run after flushing the last-level cache (operands from memory)
-    build_timeout_s: float = 120.0
-    eval_timeout_s: float = 300.0  # the watchdog's hard cap on one evaluation
-    watchdog_factor: float = 20.0  # the watchdog: this many times the evaluator's anchor pass (at least 5 s)
-    cache_dir: str | None = None
-    gate_rounds: int = 10  # the hard gate: re-verify + re-time this many times before the target counts
-    workload: dict | None = None  # a workload's shapes and weights (Workload.to_dict()): tune for all of them
-
-    def __post_init__(self) -> None:
-        positive = {"population": self.population, "trials": self.trials,
-                    "build_timeout_s": self.build_timeout_s, "eval_timeout_s": self.eval_timeout_s,
-                    "watchdog_factor": self.watchdog_factor}
-        if self.budget is not None:
-            positive["budget"] = self.budget
-        if self.time_budget_s is not None:
-            positive["time_budget_s"] = self.time_budget_s
-        for name, value in positive.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
-        if self.budget is None and self.time_budget_s is None and self.target is None:
-            raise ValueError("a search needs a budget, a time budget or a target to stop at")
-        if self.target is not None:
-            Target.parse(self.target)
-        if not isinstance(self.gate_rounds, int) or isinstance(self.gate_rounds, bool) or self.gate_rounds < 0:
-            raise ValueError(f"gate_rounds must be a whole number >= 0, got {self.gate_rounds!r}")
-        if not isinstance(self.cold_cache, bool):
-            raise ValueError(f"cold_cache must be true or false, got {self.cold_cache!r}")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
-            raise ValueError(f"seed must be an integer, got {self.seed!r}")
-        if self.mission is not None:
-            if not isinstance(self.mission, str) or not self.mission or "@" in self.mission:
-                raise ValueError(f"mission must be the name of one of the family's shapes, got {self.mission!r}")
-            if "@" in self.family:
-                raise ValueError(f"family {self.family!r} already names its mission shape; drop mission "
-                                 f"{self.mission!r} or the @ suffix")
-        if self.workload is not None:
-            if not isinstance(self.workload, dict):
-                raise ValueError(f"workload must be a table of shapes, got {self.workload!r}")
-            if self.mission is not None or "@" in self.family:
-                raise ValueError("a workload search tunes for every shape of its workload: drop --mission "
-                                 "(or the family's @SHAPE)")
-
-    @property
-    def family_reference(self) -> str:
-        """What ``get_family`` takes: the family, retargeted to ``mission`` when one is set."""
-        return self.family if self.mission is None else f"{self.family}@{self.mission}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "SearchConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in known})
 
 
 @dataclass(frozen=True)
@@ -125,7 +56,7 @@ def status_counts(statuses: dict) -> str:
 
 class Reporter(Protocol):
     def started(self, run_id: int, family: KernelFamily, config: SearchConfig, resumed: bool) -> None: ...
-    def evaluated(self, state: "LoopState", genome: Genome, result: EvalResult) -> None: ...
+    def evaluated(self, state: "LoopState", genome: Genome, result: EvalResult, generation: int) -> None: ...
     def message(self, text: str) -> None: ...
     def finished(self, outcome: SearchOutcome) -> None: ...
 
@@ -167,17 +98,28 @@ class Search:
         self._gated: set[str] = set()  # genome ids the hard gate has judged
         self._gate_passed = False
         self._gate_winner: tuple[Genome, tuple[float, ...]] | None = None
+        self.run_id: int | None = None  # known once the run is written (what an interrupt message names)
 
     # -- entry points -----------------------------------------------------------------------
     def start(self) -> SearchOutcome:
-        run_id = self.store.create_run(family=self.family.reference_key, strategy=self.config.strategy,
-                                       target=self.config.target, seed=self.config.seed, config=self.config.to_dict())
+        """A new run. Ray is joined (or started) first: an address that cannot be joined raises
+        RayUnavailable (a ValueError) before anything is written."""
+        release_ray = start_ray(self.ray_address)
+        try:
+            run_id = self.store.create_run(family=self.family.reference_key, strategy=self.config.strategy,
+                                           target=self.config.target, seed=self.config.seed,
+                                           config=self.config.to_dict())
+        except BaseException:
+            release_ray()
+            raise
+        self.run_id = run_id
         seeds = [Proposal(g, "seed") for g in self.family.seed_genomes]
         self._store_proposals(run_id, seeds, generation=0)
         self.strategy.add_seeds([p.genome for p in seeds])
-        return self._loop(run_id, [p.genome for p in seeds], resumed=False)
+        return self._loop(run_id, [p.genome for p in seeds], resumed=False, release_ray=release_ray)
 
     def resume(self, run_id: int) -> SearchOutcome:
+        self.run_id = run_id
         history = self.store.history(run_id)
         self.strategy.add_seeds(list(self.family.seed_genomes))
         shape_times = self._resume_shapes(run_id, history)
@@ -200,25 +142,25 @@ class Search:
         self.state.submitted = len(finished)
         run = self.store.get_run(run_id)
         self.state.target_s = run.target_seconds
+        release_ray = start_ray(self.ray_address)  # before the run is marked running again
         self.store.update_run(run_id, status="running", message=None)
-        return self._loop(run_id, pending, resumed=True)
+        return self._loop(run_id, pending, resumed=True, release_ray=release_ray)
 
     def _resume_shapes(self, run_id: int, history) -> dict[str, dict]:
         """A workload run's board rebuilt from the store; genome id -> its times per shape."""
         return self.shapes.resume(run_id, history) if self.shapes is not None else {}
 
     # -- the loop ---------------------------------------------------------------------------
-    def _loop(self, run_id: int, first_batch: list[Genome], resumed: bool) -> SearchOutcome:
-        self.reporter.started(run_id, self.family, self.config, resumed)
-        release_ray = start_ray(self.ray_address)
+    def _loop(self, run_id: int, first_batch: list[Genome], resumed: bool, release_ray) -> SearchOutcome:
         cache = Path(self.config.cache_dir) if self.config.cache_dir else default_cache_dir()
-        pipeline = Pipeline(self.family, PipelineConfig(
-            BuildConfig(cache, self.config.build_timeout_s),
-            EvalConfig(self.config.trials, self.config.cold_cache, self.workload),
-            eval_timeout_s=self.config.eval_timeout_s, watchdog_factor=self.config.watchdog_factor),
-            plan_for=self.shapes.board.plan if self.shapes else None)
-        status, dispatch = None, None
+        status, dispatch, pipeline = None, None, None
         try:
+            self.reporter.started(run_id, self.family, self.config, resumed)
+            pipeline = Pipeline(self.family, PipelineConfig(
+                BuildConfig(cache, self.config.build_timeout_s),
+                EvalConfig(self.config.trials, self.config.cold_cache, self.workload),
+                eval_timeout_s=self.config.eval_timeout_s, watchdog_factor=self.config.watchdog_factor),
+                plan_for=self.shapes.board.plan if self.shapes else None)
             self._submit(pipeline, first_batch)
             if not resumed:
                 self._ask_and_submit(run_id, pipeline, self.config.population - len(first_batch), generation=0)
@@ -237,7 +179,8 @@ class Search:
         finally:
             if status == "interrupted":
                 self.store.update_run(run_id, status="interrupted", message="stopped by the user")
-            pipeline.close()
+            if pipeline is not None:
+                pipeline.close()
             release_ray()
         outcome = dataclasses.replace(self._outcome(run_id, status), dispatch=dispatch)
         self.store.update_run(run_id, status=status, message=_describe(outcome))
@@ -357,7 +300,7 @@ class Search:
         self._tally(genome, result.status.value, None if result.status.failed else result.fitness_s)
         if self.shapes is not None:
             self.state.workload_progress = self.shapes.progress()
-        self.reporter.evaluated(self.state, genome, result)
+        self.reporter.evaluated(self.state, genome, result, self._generation_of[genome.id])
 
     def _set_anchor(self, run_id: int, hardware: dict) -> None:
         anchor = [dataclasses.asdict(t) for t in hardware["anchor"]]

@@ -1,5 +1,6 @@
 """fitness: build, screen, verify, benchmark and score candidates; Ray workers that run them."""
 
+from fitness._ray import RayUnavailable, check_ray_address, prepare_to_join, start_ray
 from fitness.build import BuildConfig, Builder, artifact_key, default_cache_dir
 from fitness.evaluate import EvalConfig, Evaluator, ShapePlan
 from fitness.records import (
@@ -33,13 +34,17 @@ __all__ = [
     "ShapePlan",
     "ShapeTiming",
     "StageSeconds",
+    "RayUnavailable",
     "Status",
     "Target",
     "artifact_key",
+    "check_ray_address",
     "default_cache_dir",
     "format_seconds",
     "format_span",
     "parse_ptxas",
+    "prepare_to_join",
     "screen",
+    "start_ray",
     "to_jsonable",
 ]

@@ -12,14 +12,13 @@ build, ``crashed`` for an evaluation.
 
 from __future__ import annotations
 
-import logging
-import os
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
+from fitness._ray import short_error as _short
 from fitness.build import BuildConfig, Builder
 from fitness.evaluate import EvalConfig, Evaluator, ShapePlan
 from fitness.records import BuildResult, EvalResult, GateResult, ScreenResult, StageSeconds, Status, to_jsonable
@@ -128,22 +127,6 @@ class _Slot:
     job_started: float = 0.0
     anchor_pass_s: float | None = None  # known once the anchor is timed; the watchdog derives from it
     hardware: dict = field(default_factory=dict)
-
-
-def start_ray(address: str | None) -> Callable[[], None]:
-    """Connect to ``address`` or start a local Ray instance; returns how to let go of it."""
-    import ray
-
-    if ray.is_initialized():
-        return lambda: None
-    common = dict(logging_level=logging.WARNING, log_to_driver=False, include_dashboard=False)
-    # Ray warns on every start that token authentication is on; that is Ray's default, not news.
-    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-    if address:
-        ray.init(address=address, **common)
-    else:
-        ray.init(num_cpus=os.cpu_count() or 1, object_store_memory=256 * 1024 * 1024, **common)
-    return ray.shutdown
 
 
 class Pipeline:
@@ -385,8 +368,3 @@ class Pipeline:
 
     def _finish(self, genome: Genome, result: EvalResult) -> None:
         self._finished.append(Finished(genome, result))
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__

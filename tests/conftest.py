@@ -10,7 +10,7 @@ FAULTY = "tests.families.faulty:FAMILY"
 @pytest.fixture(scope="session")
 def ray_session():
     """One local Ray instance shared by the tests that need it (the search reuses it)."""
-    from fitness.workers import start_ray
+    from fitness import start_ray
 
     release = start_ray(None)
     yield

@@ -76,7 +76,7 @@ def test_processes_opening_one_new_database_at_once_create_the_schema_once(datab
 def test_foreign_tables_without_a_version_are_refused(tmp_path):
     with sqlite3.connect(tmp_path / "other.db") as raw:
         raw.execute("CREATE TABLE something (x INTEGER)")
-    with pytest.raises(SchemaError, match="no evo schema version"):
+    with pytest.raises(SchemaError, match=r"is not evo.s: it holds other tables \(something\)"):
         make_db(tmp_path, "other.db").open()
 
 

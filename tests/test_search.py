@@ -72,6 +72,7 @@ def test_budget_40_with_an_unreachable_target(ray_session, tmp_path, capsys):
 
 def check_lineage_report(db, out):
     """`evo lineage` on a stored run: the ancestry agrees with the lineage table, the charts are there."""
+    out.mkdir(exist_ok=True)  # lineage writes into a directory that exists; it creates none
     for fmt in ("json", "html", "md", "dot"):
         assert main(["lineage", "1", "--db", str(db), "--format", fmt, "--out", str(out / f"lineage.{fmt}")]) == 0
     report = json.loads((out / "lineage.json").read_text())

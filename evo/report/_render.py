@@ -230,7 +230,6 @@ def write_report(report: LineageReport, fmt: str, out: Path) -> list[Path]:
     the Markdown file whose PNG charts go beside it."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
-    out.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "json":
         out.write_text(to_json(report))
         return [out]

@@ -1,0 +1,105 @@
+"""Ray for the pipeline: start a local instance or join a cluster, and say in one line why not."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import signal
+import socket
+import sys
+import tempfile
+import threading
+from typing import Callable
+
+
+def short_error(exc: BaseException) -> str:
+    """An exception's first line, at most 300 characters (its type where it has no text)."""
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
+class RayUnavailable(ValueError):
+    """Ray could not be reached or joined at the address the user gave (one line, nothing written)."""
+
+
+_RAY_ADDRESS = re.compile(r"^(?:ray://)?([A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\]):([0-9]{1,5})$")
+
+
+def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
+    """RayUnavailable unless ``address`` is ``auto``, or HOST:PORT (or ray://HOST:PORT) where something
+    answers a TCP connection within ``timeout_s``: Ray's own join retries an address that nothing
+    answers for minutes."""
+    if address == "auto":
+        return
+    match = _RAY_ADDRESS.match(address)
+    if not match or not 0 < int(match.group(2)) < 65536:
+        raise RayUnavailable(f"Ray address {address!r} is malformed: expected HOST:PORT (a cluster's head, port "
+                             f"6379 by default), ray://HOST:PORT or auto")
+    host, port = match.group(1).strip("[]"), int(match.group(2))
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        raise RayUnavailable(f"nothing answers at Ray address {address!r} ({exc.strerror or exc}): start a cluster "
+                             f"there (`ray start --head --port {port}`) or leave --ray-address out to start a local "
+                             f"Ray") from None
+
+
+def prepare_to_join() -> None:
+    """`ray start --head` (Ray 2.60) turns on token authentication and writes its token to
+    ~/.ray/auth_token, but a driver joins with authentication off unless RAY_AUTH_MODE says otherwise, and
+    is then refused: where such a token is there and the user has not chosen, use it."""
+    if "RAY_AUTH_MODE" not in os.environ and (os.environ.get("RAY_AUTH_TOKEN") or
+                                              os.path.exists(os.path.expanduser("~/.ray/auth_token"))):
+        os.environ["RAY_AUTH_MODE"] = "token"
+
+
+@contextlib.contextmanager
+def _stderr_held_back():
+    """Ray's core writes each retry of a refused join to the process's stderr (file descriptor 2), a
+    line a second; while joining, that goes to a scratch file (evo says in one line why a join failed)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as scratch:
+        os.dup2(scratch.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def start_ray(address: str | None) -> Callable[[], None]:
+    """Connect to ``address`` or start a local Ray instance; returns how to let go of it. An address
+    that cannot be joined is a RayUnavailable. Ray's driver installs its own SIGTERM handler (which
+    exits at once); the one in place before (evo's: stop cleanly, as for Ctrl-C) is put back."""
+    if address:
+        check_ray_address(address)
+        prepare_to_join()  # before Ray is imported: it reads its settings then
+    import ray
+
+    if ray.is_initialized():
+        return lambda: None
+    common = dict(logging_level=logging.WARNING, log_to_driver=False, include_dashboard=False)
+    # Ray warns on every start that token authentication is on; that is Ray's default, not news.
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main_thread else None
+    try:
+        if address:
+            with _stderr_held_back():
+                ray.init(address=address, **common)
+        else:
+            ray.init(num_cpus=os.cpu_count() or 1, object_store_memory=256 * 1024 * 1024, **common)
+    except (ConnectionError, TimeoutError, RuntimeError, ValueError) as exc:
+        if isinstance(exc, RayUnavailable) or not address:
+            raise
+        hint = ("; Ray 2.60's token authentication: the cluster's token (~/.ray/auth_token where it was started, "
+                "or RAY_AUTH_TOKEN) must be here too, with RAY_AUTH_MODE=token" if os.environ.get("RAY_AUTH_MODE")
+                != "token" else "; is its token (RAY_AUTH_TOKEN, or ~/.ray/auth_token) the cluster's?")
+        raise RayUnavailable(f"Ray at {address!r} cannot be joined: {short_error(exc)}{hint}") from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    return ray.shutdown

@@ -1,0 +1,170 @@
+"""Operations a careful user expects (issue 34): values that start with a dash, databases that are not
+evo's or lack their driver, files that cannot be written, Ray addresses that cannot be joined, SIGTERM,
+and the exported package's README. Each refusal is one line, exit 2, and writes nothing."""
+
+import errno
+import json
+import os
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from evo.cli import main
+from tests.test_fuzz_input import _listing
+from tests.test_search import _reap, _spawn, _wait_for_evaluations, rows
+
+
+def refused(capsys, args, message, directory):
+    """``args`` exit 2 with one line holding ``message``, and ``directory`` is as it was (but for the
+    content-addressed build cache, which an export fills before it writes)."""
+    def listing():
+        return {name: data for name, data in _listing(directory).items() if not name.startswith("evo-cache/")}
+
+    before = listing()
+    assert main(args) == 2, args
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert listing() == before, f"{args} wrote something"
+
+
+def test_option_values_that_start_with_a_dash_reach_their_own_check(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    db = str(tmp_path / "evo.db")
+    refused(capsys, ["search", "--family", "cpu_gemm", "--time-budget", "-1m", "--db", db],
+            "--time-budget '-1m' is not a duration", tmp_path)
+    refused(capsys, ["search", "--family", "cpu_gemm", "--target", "-1x", "--db", db], "target '-1x'", tmp_path)
+    refused(capsys, ["search", "--family", "cpu_gemm", "--budget", "-3", "--db", db], "'-3' must be positive", tmp_path)
+
+
+@pytest.mark.parametrize("url, message", [
+    ("mysql://u@localhost/db", "needs its driver, which is not installed (MySQLdb)"),
+    ("postgresql+pg8000://u@localhost/db", "needs its driver, which is not installed (pg8000)"),
+    ("postgresql+asyncpg://u@localhost/db", "asynchronous driver"),
+])
+def test_a_database_url_without_its_driver_is_one_line(url, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    for command in (["runs"], ["db", "current"], ["search", "--family", "cpu_gemm", "--budget", "2"]):
+        refused(capsys, [*command, "--db", url], message, tmp_path)
+
+
+def test_a_database_of_another_application_is_never_touched(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    foreign = tmp_path / "app.db"
+    with sqlite3.connect(foreign) as connection:
+        connection.execute("CREATE TABLE customers (name TEXT)")
+    for command in (["runs"], ["db", "current"], ["db", "upgrade"], ["show", "1"], ["lineage", "1"],
+                    ["export", "1", "--out", str(tmp_path / "out")], ["search", "--family", "cpu_gemm", "--budget", "2"]):
+        refused(capsys, [*command, "--db", str(foreign)], "is not evo's: it holds other tables (customers)", tmp_path)
+    with sqlite3.connect(foreign) as connection:
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("delete",)  # never switched to WAL
+        assert connection.execute("SELECT name FROM sqlite_master").fetchall() == [("customers",)]
+    (tmp_path / "junk.db").write_text("not a database")
+    refused(capsys, ["runs", "--db", str(tmp_path / "junk.db")], "file is not a database", tmp_path)
+
+
+@pytest.fixture
+def stored(tmp_path):
+    """A database with one run of one evaluated cpu_gemm genome (recorded by hand)."""
+    from tests.exporting import recorded_pass, store_evaluation
+    from seeds import get_family
+
+    family = get_family("cpu_gemm")
+    genome = family.seed_genomes[0]
+    store_evaluation(tmp_path / "evo.db", "cpu_gemm", genome, recorded_pass(genome, family.shapes))
+    return tmp_path / "evo.db"
+
+
+def test_lineage_and_export_refuse_a_directory_that_does_not_exist(stored, tmp_path, capsys):
+    refused(capsys, ["lineage", "1", "--db", str(stored), "--out", str(tmp_path / "no" / "dir" / "x.html")],
+            "does not exist", tmp_path)
+    refused(capsys, ["export", "1", "--db", str(stored), "--out", str(tmp_path / "no" / "dir" / "pkg")],
+            "does not exist", tmp_path)
+
+
+def test_a_file_system_that_refuses_writes_is_one_line_and_leaves_nothing(stored, tmp_path, monkeypatch, capsys):
+    real = Path.write_text
+
+    def read_only(self, *args, **kwargs):
+        if self.name == "metadata.json" or self.suffix == ".html":
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", read_only)
+    refused(capsys, ["export", "1", "--db", str(stored), "--out", str(tmp_path / "pkg")],
+            "cannot write the package to", tmp_path)
+    assert not (tmp_path / "pkg").exists()
+    refused(capsys, ["lineage", "1", "--db", str(stored), "--out", str(tmp_path / "r.html")],
+            "cannot write the report", tmp_path)
+
+
+def test_the_exported_package_has_a_readme(stored, tmp_path):
+    assert main(["export", "1", "--db", str(stored), "--out", str(tmp_path / "pkg")]) == 0
+    readme = (tmp_path / "pkg" / "README.md").read_text()
+    assert "## Calling it" in readme and "k.gemm(a, b)" in readme and "## How it was measured" in readme
+    assert "-march=native" in readme and "sh build.sh" in readme
+
+
+@pytest.mark.parametrize("address, message", [
+    ("garbage", "is malformed"), ("127.0.0.1:99999", "is malformed"), ("127.0.0.1:1", "nothing answers"),
+])
+def test_a_ray_address_that_cannot_be_joined_is_one_line_and_writes_no_run(address, message, tmp_path, monkeypatch,
+                                                                             capsys):
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "evo.db"
+    started = time.monotonic()
+    assert main(["search", "--family", "cpu_gemm", "--budget", "2", "--db", str(db), "--ray-address", address]) == 2
+    assert time.monotonic() - started < 30
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert not db.exists() or rows(db, "SELECT COUNT(*) FROM runs") == [(0,)]
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_search_cleanly_and_it_resumes(ray_session, tmp_path):
+    db = tmp_path / "evo.db"
+    with open(tmp_path / "search.log", "w") as log:
+        process = _spawn(["search", "--family", "cpu_gemm", "--budget", "40", "--population", "4", "--db", str(db),
+                          "--trials", "1"], log)
+        try:
+            _wait_for_evaluations(db, 3, process)
+            os.kill(process.pid, signal.SIGTERM)
+            assert process.wait(60) == 130
+        finally:
+            _reap(process)
+    text = (tmp_path / "search.log").read_text()
+    assert rows(db, "SELECT status FROM runs") == [("interrupted",)]
+    assert "run 1 is marked interrupted; continue it with `evo search --resume 1`" in text
+    assert "Traceback" not in text and "\x1b" not in text.split("interrupted: ")[-1]
+    generations = dict(rows(db, "SELECT genome_id, generation FROM individuals"))
+    for line in text.splitlines():  # each line's generation is the genome's own, as stored
+        if line.startswith("[") and " gen " in line:
+            gen, genome = line.split(" gen ")[1].split()[:2]
+            assert generations[genome] == int(gen), line
+    assert main(["search", "--resume", "1", "--budget", "6", "--db", str(db)]) == 0
+    assert rows(db, "SELECT status FROM runs") == [("budget_exhausted",)]
+
+
+@pytest.mark.slow
+def test_sigterm_while_ray_starts_leaves_no_run_behind(tmp_path):
+    db = tmp_path / "evo.db"
+    with open(tmp_path / "search.log", "w") as log:
+        process = _spawn(["search", "--family", "cpu_gemm", "--budget", "40", "--db", str(db), "--trials", "1"], log)
+        try:
+            deadline = time.monotonic() + 60
+            while not (tmp_path / "evo.db").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)  # the database is opened (created) before Ray starts
+            os.kill(process.pid, signal.SIGTERM)
+            assert process.wait(60) == 130
+        finally:
+            _reap(process)
+    statuses = [s for s, in rows(db, "SELECT status FROM runs")]
+    assert statuses in ([], ["interrupted"]), statuses  # never left "running"
+    assert "Traceback" not in (tmp_path / "search.log").read_text()
+
+
+def test_metadata_is_plain_json(stored, tmp_path):
+    assert main(["export", "1", "--db", str(stored), "--out", str(tmp_path / "pkg")]) == 0
+    assert json.loads((tmp_path / "pkg" / "metadata.json").read_text())["module"].startswith("cpu_gemm_")
