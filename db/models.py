@@ -33,6 +33,9 @@ class Run(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    host: Mapped[str | None] = mapped_column(String(200))  # the driver's machine and process, while it runs
+    pid: Mapped[int | None] = mapped_column(Integer)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # the driver's last word
 
     individuals: Mapped[list["Individual"]] = relationship(back_populates="run")
 

@@ -85,6 +85,15 @@ class Database:
         self.url = url
         self._engine: Engine | None = None
         self._sessions: sessionmaker | None = None
+        self.read_only = False  # a SQLite file evo may not write (a read-only mount): read it as it is
+
+    def cannot_write(self) -> bool:
+        """A SQLite file that exists but that evo cannot write, or beside which it cannot create WAL's
+        files (a read-only mount, or a file or folder without write permission)."""
+        if not is_sqlite_file(self.url) or not self.exists():
+            return False
+        path = Path(self.url.database)
+        return not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK))
 
     @property
     def description(self) -> str:
@@ -102,11 +111,15 @@ class Database:
     def engine(self) -> Engine:
         if self._engine is None:
             kwargs = {}
+            url = self.url
             if self.url.get_backend_name() == "sqlite":
                 kwargs["connect_args"] = {"timeout": 60}
-            engine = create_engine(self.url, pool_pre_ping=True, **kwargs)
+                if self.read_only:  # nothing written, not even WAL's files: SQLite's read-only, immutable mode
+                    url = URL.create("sqlite", database=f"file:{Path(self.url.database).as_posix()}?mode=ro&immutable=1",
+                                     query={"uri": "true"})
+            engine = create_engine(url, pool_pre_ping=True, **kwargs)
             if self.url.get_backend_name() == "sqlite":
-                event.listen(engine, "connect", _sqlite_pragmas)
+                event.listen(engine, "connect", _sqlite_read_only_pragmas if self.read_only else _sqlite_pragmas)
             self._engine = engine
             self._sessions = sessionmaker(engine, expire_on_commit=False)
         return self._engine
@@ -151,8 +164,9 @@ class Database:
         and ``upgrade`` would add evo's tables to it. Read through a read-only connection of its own."""
         if not is_sqlite_file(self.url) or not self.exists() or self.is_empty_file():
             return
+        flags = "mode=ro&immutable=1" if self.cannot_write() else "mode=ro"  # immutable: no -shm needed
         try:
-            with contextlib.closing(sqlite3.connect(f"file:{Path(self.url.database).as_posix()}?mode=ro", uri=True)) as c:
+            with contextlib.closing(sqlite3.connect(f"file:{Path(self.url.database).as_posix()}?{flags}", uri=True)) as c:
                 tables = {row[0] for row in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         except sqlite3.DatabaseError as exc:
             raise SchemaError(f"cannot open database {self.description}: {exc}") from None
@@ -241,6 +255,12 @@ class Database:
     def dispose(self) -> None:
         if self._engine is not None:
             self._engine.dispose()
+
+
+def _sqlite_read_only_pragmas(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA query_only=ON")
+    cursor.close()
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:

@@ -6,6 +6,8 @@ moment it is recorded, so a killed driver loses nothing that had finished.
 
 from __future__ import annotations
 
+import os
+import socket
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +20,8 @@ from fitness.records import EvalResult, GateResult, Status, to_jsonable
 
 RUN_STATUSES = ("running", "target_reached", "budget_exhausted", "time_exhausted", "space_exhausted",
                 "interrupted", "failed")
+HEARTBEAT_S = 10.0  # a running search's driver says it is alive this often
+HEARTBEAT_STALE_S = 60.0  # a run not heard from for this long has lost its driver
 
 
 @dataclass(frozen=True)
@@ -98,11 +102,37 @@ class RunInfo:
     finished_at: datetime | None
     evaluations: int = 0
     best_fitness_s: float | None = None
+    host: str | None = None
+    pid: int | None = None
+    heartbeat_at: datetime | None = None
 
     @property
     def cold_cache(self) -> bool:
         """Whether the search timed with cold caches (its configuration's ``cold_cache``)."""
         return bool((self.config or {}).get("cold_cache"))
+
+    def heard_s(self, now: datetime | None = None) -> float | None:
+        """Seconds since the driver's last heartbeat (None: it never sent one)."""
+        if self.heartbeat_at is None:
+            return None
+        return ((now or utcnow()).replace(tzinfo=None) - self.heartbeat_at.replace(tzinfo=None)).total_seconds()
+
+    def driver_died(self, now: datetime | None = None) -> bool:
+        """A run still marked running whose driver is gone: no heartbeat for HEARTBEAT_STALE_S, none at
+        all, or its process is no longer alive on this very machine."""
+        if self.status != "running":
+            return False
+        heard = self.heard_s(now)
+        if heard is None or heard > HEARTBEAT_STALE_S:
+            return True
+        if self.host == socket.gethostname() and self.pid:
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                return True
+            except PermissionError:
+                return False
+        return False
 
 
 class Store:
@@ -134,6 +164,12 @@ class Store:
                     select(Individual.run_id, func.count(Evaluation.id), func.min(Evaluation.fitness_s))
                     .join(Evaluation).group_by(Individual.run_id)))
             return [_run_info(r, *stats.get(r.id, (0, None))) for r in s.scalars(select(Run).order_by(Run.id))]
+
+    def beat(self, run_id: int, host: str, pid: int) -> None:
+        """The driver of ``run_id`` is alive (see RunInfo.driver_died)."""
+        with self.database.session() as s:
+            run = s.get(Run, run_id)
+            run.host, run.pid, run.heartbeat_at = host, pid, utcnow()
 
     def update_run(self, run_id: int, **fields) -> None:
         status = fields.get("status")
@@ -264,4 +300,4 @@ class Store:
 def _run_info(run: Run, evaluations: int, best: float | None) -> RunInfo:
     return RunInfo(run.id, run.family, run.strategy, run.target, run.target_seconds, run.seed, run.config,
                    run.status, run.message, run.hardware, run.anchor, run.created_at, run.finished_at,
-                   evaluations, best)
+                   evaluations, best, run.host, run.pid, run.heartbeat_at)

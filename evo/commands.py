@@ -37,7 +37,14 @@ def _database(args, *, must_exist: bool) -> Database:
     return database
 
 
-def _open(database: Database, *, create: bool = True) -> Store:
+def _open(database: Database, *, create: bool = True, writes: bool = True) -> Store:
+    """The store; a SQLite file evo cannot write is opened read-only for the commands that only read
+    (``writes`` False), and refused with one line by those that write."""
+    if database.cannot_write():
+        if writes:
+            raise BadInput(f"database {database.description} cannot be written here (a read-only file or folder): "
+                           f"give --db a writable place")
+        database.read_only = True
     try:
         database.open(create=create)
     except SchemaError as exc:
@@ -98,6 +105,7 @@ def cmd_search(args, console: Console) -> int:
         run = store.get_run(args.resume)
         if run is None:
             raise BadInput(f"run {args.resume} does not exist in {database.description}")
+        _refuse_a_run_that_cannot_go_on(run, settings)
         stored = dict(run.config)
         stored.update({k: v for k, v in settings.items() if k in ("budget", "time_budget_s")})
         try:
@@ -154,6 +162,26 @@ def _run(search, go) -> int:
         raise Interrupted(f"interrupted: run {search.run_id} is marked interrupted; continue it with "
                           f"`evo search --resume {search.run_id}`") from None
 
+def _refuse_a_run_that_cannot_go_on(run, settings: dict) -> None:
+    """--resume of a run whose driver is alive elsewhere, that reached its target or ran out of new genomes,
+    that ended at its limits without new ones, or with a --budget it has already spent: one line each."""
+    if run.status == "running" and not run.driver_died():
+        raise BadInput(f"run {run.id} is running in process {run.pid} on {run.host} (heard from {run.heard_s():.0f} s "
+                       f"ago): stop it there first (Ctrl-C), or wait for it")
+    if run.status in ("target_reached", "space_exhausted"):
+        raise BadInput(f"run {run.id} ended with {run.status.replace('_', ' ')}: there is nothing left to resume "
+                       f"(start a new search)")
+    budget = settings.get("budget")
+    if budget is not None and budget <= run.evaluations:
+        raise BadInput(f"run {run.id} already has {run.evaluations} evaluations: --budget {budget} leaves it none "
+                       f"(give more than {run.evaluations})")
+    if run.status == "budget_exhausted" and budget is None:
+        raise BadInput(f"run {run.id} spent its budget ({run.evaluations} evaluations): give a larger --budget to go on")
+    if run.status == "time_exhausted" and budget is None and "time_budget_s" not in settings:
+        raise BadInput(f"run {run.id} ran out of time after {run.evaluations} evaluations: give a --time-budget (or a "
+                       f"larger --budget) to go on")
+
+
 def _workload(args, family, table):
     """--workload (a built-in name or a TOML file), else the experiment file's [workload] table."""
     from seeds import parse_workload, resolve_workload
@@ -202,14 +230,15 @@ def cmd_runs(args, console: Console) -> int:
     if not database.exists():
         console.print(f"no runs yet: {database.description} does not exist", highlight=False)
         return 0
-    runs = _open(database, create=False).list_runs()
+    runs = _open(database, create=False, writes=False).list_runs()
     table = Table(title=f"runs in {database.description}")
     for column in ("run", "family", "strategy", "status", "evaluations", "best", "target", "started"):
         table.add_column(column)
     for r in runs:
         workload = (r.config or {}).get("workload")
         family = f"{r.family} (workload {workload.get('name')})" if isinstance(workload, dict) else r.family
-        table.add_row(str(r.id), family, r.strategy, r.status, str(r.evaluations), format_seconds(r.best_fitness_s),
+        status = f"{r.status} (driver died; resume it)" if r.driver_died() else r.status
+        table.add_row(str(r.id), family, r.strategy, status, str(r.evaluations), format_seconds(r.best_fitness_s),
                       r.target or "-", r.created_at.strftime("%Y-%m-%d %H:%M"))
     console.print(table)
     return 0
@@ -217,12 +246,14 @@ def cmd_runs(args, console: Console) -> int:
 
 def cmd_show(args, console: Console) -> int:
     database = _database(args, must_exist=True)
-    store = _open(database, create=False)
+    store = _open(database, create=False, writes=False)
     run = store.get_run(args.run)
     if run is None:
         raise BadInput(f"run {args.run} does not exist in {database.description}")
     anchor = mission_anchor(run.anchor, run)
-    console.print(f"[bold]run {run.id}[/]: family {run.family}, strategy {run.strategy}, status {run.status}, "
+    status = (f"{run.status} (its driver, process {run.pid} on {run.host}, died: `evo search --resume {run.id}` "
+              f"takes it over)" if run.driver_died() else run.status)
+    console.print(f"[bold]run {run.id}[/]: family {run.family}, strategy {run.strategy}, status {status}, "
                   f"{run.evaluations} evaluations; target {run.target or '-'} "
                   f"({format_seconds(run.target_seconds)}); anchor {format_seconds(anchor)}"
                   + ("; timed with cold caches" if run.cold_cache else ""), highlight=False)
@@ -269,7 +300,7 @@ def cmd_lineage(args, console: Console) -> int:
     if args.format not in FORMATS:
         raise BadInput(f"--format must be one of {', '.join(FORMATS)}, not {args.format!r}")
     database = _database(args, must_exist=True)
-    store = _open(database, create=False)
+    store = _open(database, create=False, writes=False)
     run = store.get_run(args.run)
     if run is None:
         raise BadInput(f"run {args.run} does not exist in {database.description}")
@@ -295,7 +326,7 @@ def cmd_export(args, console: Console) -> int:
     from evo.export import export_run
 
     database = _database(args, must_exist=True)
-    store = _open(database, create=False)
+    store = _open(database, create=False, writes=False)
     try:
         result = export_run(store, args.run, args.individual, Path(args.out))
     except ValueError as exc:
@@ -337,6 +368,10 @@ def cmd_families(args, console: Console) -> int:
 
 def cmd_db(args, console: Console) -> int:
     database = _database(args, must_exist=args.db_command == "current")
+    if database.cannot_write():
+        if args.db_command == "upgrade":
+            raise BadInput(f"database {database.description} cannot be written here (a read-only file or folder)")
+        database.read_only = True
     try:
         if args.db_command == "current":
             revision = None if database.is_empty_file() else database.current_revision()  # reading writes nothing

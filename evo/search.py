@@ -16,6 +16,7 @@ from typing import Protocol
 
 from db import NewIndividual, ParentLink, Store
 from evo._config import SearchConfig
+from evo._heartbeat import Heartbeat
 from evo._workload_run import WorkloadRun
 from evo.dispatch import DispatchTable
 from evo.strategies import Observation, Proposal, Strategy, make_strategy
@@ -154,6 +155,7 @@ class Search:
     def _loop(self, run_id: int, first_batch: list[Genome], resumed: bool, release_ray) -> SearchOutcome:
         cache = Path(self.config.cache_dir) if self.config.cache_dir else default_cache_dir()
         status, dispatch, pipeline = None, None, None
+        heartbeat = Heartbeat(self.store, run_id).start()
         try:
             self.reporter.started(run_id, self.family, self.config, resumed)
             pipeline = Pipeline(self.family, PipelineConfig(
@@ -177,6 +179,7 @@ class Search:
             self.store.update_run(run_id, status="failed", message=f"{type(exc).__name__}: {exc}"[:2000])
             raise
         finally:
+            heartbeat.stop()
             if status == "interrupted":
                 self.store.update_run(run_id, status="interrupted", message="stopped by the user")
             if pipeline is not None:

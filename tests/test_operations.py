@@ -136,6 +136,8 @@ def test_sigterm_stops_a_search_cleanly_and_it_resumes(ray_session, tmp_path):
             _reap(process)
     text = (tmp_path / "search.log").read_text()
     assert rows(db, "SELECT status FROM runs") == [("interrupted",)]
+    (host, pid, heartbeat), = rows(db, "SELECT host, pid, heartbeat_at FROM runs")  # the driver said where it ran
+    assert host == __import__("socket").gethostname() and pid == process.pid and heartbeat is not None
     assert "run 1 is marked interrupted; continue it with `evo search --resume 1`" in text
     assert "Traceback" not in text and "\x1b" not in text.split("interrupted: ")[-1]
     generations = dict(rows(db, "SELECT genome_id, generation FROM individuals"))
@@ -168,3 +170,85 @@ def test_sigterm_while_ray_starts_leaves_no_run_behind(tmp_path):
 def test_metadata_is_plain_json(stored, tmp_path):
     assert main(["export", "1", "--db", str(stored), "--out", str(tmp_path / "pkg")]) == 0
     assert json.loads((tmp_path / "pkg" / "metadata.json").read_text())["module"].startswith("cpu_gemm_")
+
+
+def _run_with(db, status, *, evaluations=0, heard_s_ago=None, host="elsewhere", pid=4242):
+    """A run stored by hand with ``status``, ``evaluations`` evaluated seeds' worth of rows, and a heartbeat."""
+    from datetime import datetime, timedelta, timezone
+
+    from db import Database, NewIndividual, Store, resolve_url
+    from db.models import Run
+    from fitness import EvalResult, Status
+    from seeds import get_family
+
+    store = Store(Database(resolve_url(str(db))).open())
+    run = store.create_run(family="cpu_gemm", strategy="evolution", target=None, seed=0,
+                           config={"family": "cpu_gemm", "budget": max(1, evaluations)})
+    space = get_family("cpu_gemm").space
+    genomes = [space.genome(dict(get_family("cpu_gemm").seed_genomes[0].as_dict(), block_m=8 << i))
+               for i in range(evaluations)]
+    ids = store.add_individuals(run, [NewIndividual(g.id, g.as_dict(), 0, "seed") for g in genomes])
+    for g in genomes:
+        store.record_evaluation(ids[g.id], EvalResult(g.id, Status.SCREENED_OUT, "spills", None))
+    store.update_run(run, status=status)
+    if heard_s_ago is not None:
+        with store.database.session() as s:
+            row = s.get(Run, run)
+            row.host, row.pid = host, pid
+            row.heartbeat_at = datetime.now(timezone.utc) - timedelta(seconds=heard_s_ago)
+    return run
+
+
+@pytest.mark.parametrize("status, extra, message", [
+    ("running", [], "is running in process 4242 on elsewhere"),
+    ("target_reached", ["--budget", "9"], "ended with target reached: there is nothing left to resume"),
+    ("space_exhausted", [], "ended with space exhausted"),
+    ("budget_exhausted", [], "spent its budget (2 evaluations): give a larger --budget"),
+    ("budget_exhausted", ["--budget", "2"], "already has 2 evaluations: --budget 2 leaves it none"),
+    ("time_exhausted", [], "ran out of time after 2 evaluations: give a --time-budget"),
+    ("interrupted", ["--budget", "1"], "already has 2 evaluations"),
+])
+def test_resume_refuses_a_run_that_cannot_go_on(status, extra, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "evo.db"
+    _run_with(db, status, evaluations=2, heard_s_ago=5 if status == "running" else None)
+    before = rows(db, "SELECT status, heartbeat_at FROM runs")
+    refused(capsys, ["search", "--resume", "1", "--db", str(db), *extra], message, tmp_path)
+    assert rows(db, "SELECT status, heartbeat_at FROM runs") == before
+
+
+def test_a_run_whose_driver_died_is_shown_as_such(tmp_path, capsys):
+    db = tmp_path / "evo.db"
+    _run_with(db, "running", heard_s_ago=3600)  # silent for an hour
+    _run_with(db, "running", heard_s_ago=1)  # alive, elsewhere
+    _run_with(db, "running", heard_s_ago=1, host=__import__("socket").gethostname(), pid=2 ** 22 + 7)  # gone here
+    assert main(["runs", "--db", str(db)]) == 0
+    shown = [line for line in capsys.readouterr().out.splitlines() if "cpu_gemm" in line]
+    assert ["driver died" in line for line in shown] == [True, False, True]
+    assert main(["show", "1", "--db", str(db)]) == 0
+    assert "its driver, process 4242 on elsewhere, died: `evo search --resume 1` takes it over" in capsys.readouterr().out
+
+
+def test_a_database_evo_cannot_write_is_read_as_it_is(stored, tmp_path, monkeypatch, capsys):
+    """On a read-only mount (here: os.access says no) runs, show, lineage, export and db current read the
+    file without writing it, not even WAL's files; search, resume and db upgrade are refused in one line."""
+    import hashlib
+
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: False if mode == os.W_OK and str(path).startswith(
+        str(tmp_path)) and "out" not in str(path) else real(path, mode, **kw))
+    with sqlite3.connect(stored) as connection:  # as a finished search leaves it: its WAL checkpointed
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    for leftover in (stored.with_name("evo.db-wal"), stored.with_name("evo.db-shm")):
+        leftover.unlink(missing_ok=True)
+    digest = hashlib.sha256(stored.read_bytes()).hexdigest()
+    for command in (["runs"], ["show", "1"], ["db", "current"], ["lineage", "1", "--out", str(tmp_path / "out.html")],
+                    ["export", "1", "--out", str(tmp_path / "out")]):
+        assert main([*command, "--db", str(stored)]) == 0, command
+    capsys.readouterr()
+    assert hashlib.sha256(stored.read_bytes()).hexdigest() == digest
+    assert not stored.with_name("evo.db-wal").exists() and not stored.with_name("evo.db-shm").exists()
+    for command in (["search", "--family", "cpu_gemm", "--budget", "2"], ["search", "--resume", "1", "--budget", "9"],
+                    ["db", "upgrade"]):
+        assert main([*command, "--db", str(stored)]) == 2, command
+        assert "cannot be written here" in capsys.readouterr().err
