@@ -191,6 +191,26 @@ def _verify(kernel, shape: dict, inputs, tolerance: dict) -> tuple[bool, float, 
     return ok, worst_abs, worst_rel
 
 
+def _differs(what: str, now: float, then: float | None, spread: float = 0.0) -> str:
+    """A note where a time measured here lies further from the one recorded at export than that one's spread
+    (its p90 over its median, at least 5%) explains twice over: another machine, or a busy one."""
+    if not then or now <= 0:
+        return ""
+    allowed = 2 * max(spread, 0.05)
+    if abs(now / then - 1) <= allowed:
+        return ""
+    return (f"{what}: {now * 1e6:.2f} us here against {then * 1e6:.2f} us at export ({now / then:.2f}x, beyond the "
+            f"{allowed:.0%} its spread explains)")
+
+
+def _recorded(rows: list, shape: str) -> tuple[float | None, float]:
+    """(median, spread) of a shape's timing recorded at export."""
+    row = next((r for r in rows or () if r.get("shape") == shape), None)
+    if not row or not row.get("median_s"):
+        return None, 0.0
+    return row["median_s"], max(0.0, row.get("p90_s", row["median_s"]) / row["median_s"] - 1)
+
+
 def _inputs(kernel, shape: dict, index: int):
     generator = torch.Generator(device=kernel.DEVICE)
     generator.manual_seed(int(time.time_ns() % (1 << 62)) + index)
@@ -199,7 +219,7 @@ def _inputs(kernel, shape: dict, index: int):
 
 def _check_kernel(kernel, metadata: dict, timer) -> bool:
     """A single kernel: every shape verified, then timed against the anchor and the other anchors."""
-    tolerance, failed = metadata["tolerance"], False
+    tolerance, failed, notes = metadata["tolerance"], False, []
     width = max([10] + [len(shape["name"]) for shape in metadata["shapes"]])
     print(f"{'shape':>{width}} {'max abs err':>12} {'rel L2 err':>11} {'kernel':>11} {'anchor':>11} {'speedup':>8}  "
           "verdict")
@@ -212,17 +232,29 @@ def _check_kernel(kernel, metadata: dict, timer) -> bool:
         anchor = timer(lambda: kernel.anchor(shape, inputs), kernel.DEVICE)
         print(f"{shape['name']:>{width}} {max_abs:12.3g} {rel_l2:11.3g} {own * 1e6:9.2f}us {anchor * 1e6:9.2f}us "
               f"{anchor / own:7.2f}x  {'ok' if ok else 'FAILED'}")
+        for note in (_differs("the kernel", own, *_recorded(metadata.get("timings"), shape["name"])),
+                     _differs("the anchor", anchor, *_recorded(metadata.get("anchor_timings"), shape["name"]))):
+            if note:
+                notes.append(f"{shape['name']}: {note}")
+                print(f"{'':>{width}} note: {note}")
         for name, other in getattr(kernel, "OTHER_ANCHORS", {}).items():  # timed the same way
             seconds = timer(lambda: other(shape, inputs), kernel.DEVICE)
             print(f"{'':>{width}} {'':>12} {'':>11} {'':>11} {seconds * 1e6:9.2f}us {seconds / own:7.2f}x  "
                   f"anchor: {name}")
+    _say_differences(notes)
     return failed
+
+
+def _say_differences(notes: list[str]) -> None:
+    if notes:
+        print(f"times here differ from those recorded at export at {len(notes)} place(s), beyond their spread: the "
+              f"figures above are this machine's now, not the search's")
 
 
 def _check_op(kernel, metadata: dict, timer, cold: bool) -> bool:
     """A workload's op: every workload shape verified, then the op as called and PyTorch's computation
     timed in turns (``_paired``); slower beyond SLOWER_BEYOND fails."""
-    tolerance, failed = metadata["tolerance"], False
+    tolerance, failed, notes = metadata["tolerance"], False, []
     recorded = {row["shape"]: row for row in metadata["table"]}
     others = {name: other for name, other in getattr(kernel, "OTHER_ANCHORS", {}).items()
               if name not in getattr(kernel, "COSTLY_ANCHORS", ())}
@@ -248,10 +280,16 @@ def _check_op(kernel, metadata: dict, timer, cold: bool) -> bool:
         verdict = "FAILED" if not ok else ("SLOWER" if slower else "ok")
         print(f"{shape['name']:>{width}} {choice or 'PyTorch':>17} {max_abs:11.3g} {op * 1e6:9.2f}us "
               f"{anchor * 1e6:9.2f}us {1 / ratio:7.2f}x {then:>19}  {verdict}")
+        op_then = row.get("kernel_s") if row.get("choice") not in (None, "pytorch") else row.get("anchor_s")
+        for note in (_differs("the op", op, op_then), _differs("the anchor", anchor, row.get("anchor_s"))):
+            if note:
+                notes.append(f"{shape['name']}: {note}")
+                print(f"{'':>{width}} note: {note}")
         for name, other in others.items():  # timed the same way
             seconds = timer(lambda: other(shape, inputs), kernel.DEVICE)
             print(f"{'':>{width}} {'':>17} {'':>11} {'':>11} {seconds * 1e6:9.2f}us {seconds / op:7.2f}x "
                   f"{'':>19}  anchor: {name}")
+    _say_differences(notes)
     total = sum(w for _, w in speedups)
     geomean = math.exp(sum(w * math.log(s) for s, w in speedups) / total)
     print(f"weighted geometric-mean speedup of the op over {metadata['anchor_name']}: {geomean:.2f}x; "

@@ -8,21 +8,31 @@ from evo.cli import BadInput
 from fitness import format_seconds, format_span
 
 
-def mission_anchor(anchor: list | None, run) -> float | None:
-    """The anchor's time at the shape whose time is the run's fitness: the mission shape, or a workload's
-    primary shape."""
-    if not anchor:
-        return None
+def fitness_shape(run) -> str | None:
+    """The shape whose time is the run's fitness: the mission shape, or a workload's primary shape."""
     try:
         from seeds import get_family, parse_workload
 
         family = get_family(run.family)
         workload = (run.config or {}).get("workload")
-        mission = (parse_workload(family, workload, "the run's workload").primary.name if workload
-                   else family.mission_shape.name)
+        return (parse_workload(family, workload, "the run's workload").primary.name if workload
+                else family.mission_shape.name)
     except ValueError:
-        mission = anchor[0]["shape"]
+        return None
+
+
+def mission_anchor(anchor: list | None, run) -> float | None:
+    """The anchor's time at the run's fitness shape."""
+    if not anchor:
+        return None
+    mission = fitness_shape(run) or anchor[0]["shape"]
     return next((a["median_s"] for a in anchor if a["shape"] == mission), None)
+
+
+def unsteady_at_fitness_shape(evaluation, run) -> bool:
+    """Whether the kernel's or the anchor's timing at the fitness shape stayed unsteady (no ratio then)."""
+    shape = fitness_shape(run)
+    return any(t.get("unstable") and t.get("shape") == shape for t in (evaluation.timings or []) + (evaluation.anchor or []))
 
 
 def gate_line(gate, individual) -> str:

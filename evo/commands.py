@@ -12,7 +12,7 @@ from rich.table import Table
 
 from db import Database, SchemaError, Store, resolve_url
 from evo.cli import BadInput, Interrupted
-from evo._views import gate_line, mission_anchor, run_dispatch_table
+from evo._views import gate_line, mission_anchor, run_dispatch_table, unsteady_at_fitness_shape
 from evo.experiment import load_experiment, parse_duration
 from fitness import format_seconds
 
@@ -272,6 +272,8 @@ def cmd_show(args, console: Console) -> int:
         # the anchor timed in the same process as this kernel
         own_anchor = mission_anchor(evaluation.anchor, run) or anchor
         speedup = f"{own_anchor / evaluation.fitness_s:.2f}x" if own_anchor else "-"
+        if unsteady_at_fitness_shape(evaluation, run):
+            speedup = "unsteady timing"  # no ratio is printed on timings that would not hold still
         table.add_row(str(rank), str(individual.id), individual.genome_id, str(individual.generation),
                       individual.origin, format_seconds(evaluation.fitness_s), speedup)
     console.print(table)

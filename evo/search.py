@@ -47,6 +47,10 @@ class SearchOutcome:
     gate_times_s: tuple[float, ...] = ()  # its times in the gate's rounds
     statuses: dict = field(default_factory=dict)  # evaluations by status value
     dispatch: DispatchTable | None = None  # a workload run's table: per shape, the kernel or PyTorch
+    best_unsteady: bool = False  # the best time (or its anchor) would not hold still: no speedup is claimed
+    evaluators: int = 0  # evaluator processes (one per GPU, or one for a CPU family)
+    evaluated_now: int = 0  # evaluations finished in this process
+    busy: float | None = None  # the share of their time they spent evaluating (and gating)
 
 
 def status_counts(statuses: dict) -> str:
@@ -76,6 +80,12 @@ class LoopState:
     anchor_s: float | None = None
     started: float = field(default_factory=time.monotonic)
     workload_progress: str = ""  # a workload run's per-shape standing
+    evaluated_now: int = 0  # evaluations finished in this process (a resumed run's stored ones left out)
+    unsteady: set = field(default_factory=set)  # genomes whose timing at the fitness shape (or the anchor's) stayed unsteady
+
+    @property
+    def best_unsteady(self) -> bool:
+        return self.best_genome is not None and self.best_genome.id in self.unsteady
 
 
 class Search:
@@ -185,7 +195,11 @@ class Search:
             if pipeline is not None:
                 pipeline.close()
             release_ray()
-        outcome = dataclasses.replace(self._outcome(run_id, status), dispatch=dispatch)
+        outcome = dataclasses.replace(self._outcome(run_id, status), dispatch=dispatch,
+                                      evaluators=pipeline.evaluators if pipeline else 0,
+                                      evaluated_now=self.state.evaluated_now,
+                                      busy=pipeline.busy_s / max(1e-9, pipeline.evaluators * (time.monotonic()
+                                                                 - self.state.started)) if pipeline else None)
         self.store.update_run(run_id, status=status, message=_describe(outcome))
         self.reporter.finished(outcome)
         return outcome
@@ -293,11 +307,15 @@ class Search:
 
     def _record(self, run_id: int, item: Finished, pipeline: Pipeline) -> None:
         genome, result = item.genome, item.result
+        self.state.evaluated_now += 1
         self.store.record_evaluation(self._individual_ids[genome.id], result,
                                      self.shapes.dims if self.shapes else {s.name: dict(s.dims) for s in self.family.shapes})
         if self.state.anchor_s is None and pipeline.hardware.get("anchor"):
             self._set_anchor(run_id, pipeline.hardware)
         shape_times = self.shapes.observe(genome, result) if self.shapes else {}
+        fitness_shape = self.workload.primary.name if self.workload else self.family.mission_shape.name
+        if any(t.unstable and t.shape == fitness_shape for t in result.timings + result.anchor):
+            self.state.unsteady.add(genome.id)
         self.strategy.tell([Observation(genome, self._generation_of[genome.id], result.status.value, result.fitness_s,
                                         shape_times)])
         self._tally(genome, result.status.value, None if result.status.failed else result.fitness_s)
@@ -335,7 +353,7 @@ class Search:
         gated, gate_times = self._gate_winner or (None, ())
         return SearchOutcome(run_id, status, exit_code, s.evaluations, s.best_genome,
                              s.best_fitness_s, s.target_s, s.anchor_s, time.monotonic() - s.started, gated, gate_times,
-                             dict(s.statuses))
+                             dict(s.statuses), best_unsteady=s.best_unsteady)
 
 
 def _describe(outcome: SearchOutcome) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from dataclasses import replace
 from typing import Callable
 
 from fitness._flush import reading_flush
@@ -41,10 +42,24 @@ def summarize(shape: str, samples: list[float], cut_short: bool = False) -> Shap
 COLD_BATCH = 25  # CUDA samples queued behind one spin kernel
 
 
+UNSTABLE_SPREAD = 0.25  # a timing whose p90 lies this far above its median is measured again, then flagged
+
+
 def time_runs(run: Callable[[], None], device: str, plan: TimingPlan, shape: str, cold: bool = False,
               cutoff_s: float | None = None) -> ShapeTiming:
     """The median of many samples of ``run``; with ``cutoff_s``, timing stops after the first sample
-    if that is above it (``cut_short``: a kernel that slow is not worth the full measurement)."""
+    if that is above it (``cut_short``: a kernel that slow is not worth the full measurement). A timing
+    whose samples spread wider than UNSTABLE_SPREAD (a machine busy with something else, clocks that
+    change) is taken again; the steadier of the two is kept, flagged ``unstable`` if it still spreads."""
+    timing = _time_once(run, device, plan, shape, cold, cutoff_s)
+    if timing.cut_short or timing.spread <= UNSTABLE_SPREAD:
+        return timing
+    again = _time_once(run, device, plan, shape, cold, cutoff_s)
+    steadier = min((timing, again), key=lambda t: (t.cut_short, t.spread))
+    return replace(steadier, unstable=steadier.spread > UNSTABLE_SPREAD)
+
+
+def _time_once(run, device: str, plan: TimingPlan, shape: str, cold: bool, cutoff_s: float | None) -> ShapeTiming:
     if device == "cuda":
         samples, cut = _cuda_cold_samples(run, plan, cutoff_s) if cold else _cuda_samples(run, plan, cutoff_s)
     else:
@@ -223,7 +238,8 @@ def time_pair(first: Callable[[], None], second: Callable[[], None], device: str
             if flush is not None:
                 flush()
             samples[index].append(_cuda_single(runs[index], events) / burst if events else _cpu_single(runs[index]))
-    return summarize(shapes[0], samples[0]), summarize(shapes[1], samples[1])
+    return tuple(replace(t, unstable=t.spread > UNSTABLE_SPREAD)
+                 for t in (summarize(shapes[0], samples[0]), summarize(shapes[1], samples[1])))
 
 
 def _cuda_single(run: Callable[[], None], events) -> float:

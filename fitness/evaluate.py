@@ -29,6 +29,14 @@ from kernel_genome import Genome
 from seeds import KernelFamily, ProblemShape, Workload
 
 ANCHOR_CUTOFF = 4.0  # a kernel over this many times the anchor's time at a shape is cut short there
+GATE_AGREEMENT = 0.15  # the hard gate's rounds of one shape may lie at most this far apart
+
+
+def unsteady(timings, anchor) -> str:
+    """A record's word on timings that stayed unsteady (``ShapeTiming.unstable``), or ""."""
+    flagged = [f"{t.shape} (p90 {t.spread:+.0%} over the median)" for t in timings if t.unstable]
+    flagged += [f"the anchor at {t.shape} (p90 {t.spread:+.0%})" for t in anchor if t.unstable]
+    return f"unsteady timing, measured twice: {', '.join(flagged)}" if flagged else ""
 
 
 @dataclass(frozen=True)
@@ -177,8 +185,8 @@ class Evaluator:
                               checks=checks, anchor=anchor, stages=stages, **common)
         stages = StageSeconds(stages.build, stages.screen, stages.verify, time.perf_counter() - started)
         mission = next(t for t in timings if t.shape == self.family.mission_shape.name)
-        return EvalResult(build.genome_id, Status.OK, "", mission.median_s, checks=checks, timings=timings,
-                          anchor=anchor, stages=stages, **common)
+        return EvalResult(build.genome_id, Status.OK, unsteady(timings, anchor), mission.median_s, checks=checks,
+                          timings=timings, anchor=anchor, stages=stages, **common)
 
     def full_plan(self) -> ShapePlan:
         """Every workload shape, the primary first, all of them probes (no early stop)."""
@@ -229,10 +237,10 @@ class Evaluator:
             return EvalResult(genome_id, Status.SCREENED_OUT, f"this kernel cannot run the workload's primary shape "
                               f"{self.workload.primary.name}", None, checks=tuple(checks), anchor=anchor,
                               stages=stages, **common)
-        message = ""
+        message = unsteady(timings, anchor)
         if len(timings) < len(self.workload.shapes):
-            message = (f"timed at {len(timings)} of {len(self.workload.shapes)} shapes: slower than the best at "
-                       f"each of its {plan.probes} probe shapes")
+            message = "; ".join(filter(None, [f"timed at {len(timings)} of {len(self.workload.shapes)} shapes: slower "
+                                              f"than the best at each of its {plan.probes} probe shapes", message]))
         return EvalResult(genome_id, Status.OK, message, primary.median_s, checks=tuple(checks), timings=tuple(timings),
                           anchor=anchor, stages=stages, **common)
 
@@ -279,6 +287,11 @@ class Evaluator:
                 where = f" at {name}" if len(targets) > 1 else ""
                 return result(False, f"round {number}: {seconds * 1e6:.2f} us{where} is over the target "
                                      f"{limit * 1e6:.2f} us")
+        for index, (name, _) in enumerate(targets):  # rounds that disagree are no proof of anything
+            seconds = [r.times[index][1] for r in done]
+            if rounds > 1 and max(seconds) > min(seconds) * (1 + GATE_AGREEMENT):
+                return result(False, f"the rounds disagree at {name}: {min(seconds) * 1e6:.2f}..{max(seconds) * 1e6:.2f} "
+                                     f"us, more than {GATE_AGREEMENT:.0%} apart (unsteady timing)")
         return result(True)
 
     def _materialise(self, build: BuildResult) -> Path:

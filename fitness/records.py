@@ -80,6 +80,12 @@ class ShapeTiming:
     stdev_s: float
     runs: int
     cut_short: bool = False
+    unstable: bool = False  # its samples spread wide (see fitness.benchmark.UNSTABLE_SPREAD), even measured again
+
+    @property
+    def spread(self) -> float:
+        """How far the slowest tenth of the samples lies above the median: p90 / median - 1."""
+        return self.p90_s / self.median_s - 1 if self.median_s > 0 else 0.0
 
 
 @dataclass(frozen=True)

@@ -154,6 +154,7 @@ class Pipeline:
         count = config.evaluators or self._default_evaluators()
         self._slots = [self._new_slot() for _ in range(count)]
         self.hardware: dict = {}
+        self.busy_s = 0.0  # evaluator-seconds spent on evaluations and gates (how busy the evaluators were)
 
     def _default_evaluators(self) -> int:
         if self.family.device == "cuda":
@@ -224,7 +225,9 @@ class Pipeline:
             slot = idle[0]
             ref = slot.actor.gate.remote(genome.to_json(), build, targets, rounds, with_anchor)
             limit = self._watchdog_s(slot) * rounds
+            started = time.monotonic()
             ready, _ = self._ray.wait([ref], timeout=limit)
+            self.busy_s += time.monotonic() - started
             if not ready:
                 self._replace(slot)
                 return GateResult(genome.id, target_s, False, (), f"no gate result after {limit:g} s; evaluator killed",
@@ -237,6 +240,10 @@ class Pipeline:
                                   targets)
         finally:
             self._holding = False
+
+    @property
+    def evaluators(self) -> int:
+        return len(self._slots)
 
     def close(self) -> None:
         for slot in self._slots:
@@ -319,6 +326,7 @@ class Pipeline:
         job, started = slot.job, slot.job_started
         ready, _ = ray.wait([slot.job_ref], timeout=0)
         if ready:
+            self.busy_s += time.monotonic() - started
             try:
                 result = ray.get(slot.job_ref)
             except ray.exceptions.RayActorError as exc:
@@ -339,6 +347,7 @@ class Pipeline:
                 self._replace(slot)  # a kernel fault that may have poisoned the CUDA context
             self._finish(job.genome, result)
         elif time.monotonic() - started > self._watchdog_s(slot):
+            self.busy_s += time.monotonic() - started
             watchdog = self.config.describe_watchdog(slot.anchor_pass_s)
             result = self._failure(job, Status.TIMEOUT, f"no result within the watchdog's {watchdog}; evaluator killed",
                                    started)

@@ -156,8 +156,12 @@ def test_sigterm_while_ray_starts_leaves_no_run_behind(tmp_path):
         process = _spawn(["search", "--family", "cpu_gemm", "--budget", "40", "--db", str(db), "--trials", "1"], log)
         try:
             deadline = time.monotonic() + 60
-            while not (tmp_path / "evo.db").exists() and time.monotonic() < deadline:
-                time.sleep(0.05)  # the database is opened (created) before Ray starts
+            while time.monotonic() < deadline:  # the database's schema is made before Ray starts
+                try:
+                    rows(db, "SELECT COUNT(*) FROM runs")
+                    break
+                except sqlite3.OperationalError:
+                    time.sleep(0.05)
             os.kill(process.pid, signal.SIGTERM)
             assert process.wait(60) == 130
         finally:
@@ -252,3 +256,49 @@ def test_a_database_evo_cannot_write_is_read_as_it_is(stored, tmp_path, monkeypa
                     ["db", "upgrade"]):
         assert main([*command, "--db", str(stored)]) == 2, command
         assert "cannot be written here" in capsys.readouterr().err
+
+
+def test_an_unsteady_timing_is_taken_again_then_flagged():
+    from fitness.benchmark import UNSTABLE_SPREAD, time_runs
+    from seeds import TimingPlan
+
+    plan = TimingPlan(warmup=0, min_runs=10, max_runs=10, min_seconds=0.0)
+    steady = time_runs(lambda: time.sleep(0.002), "cpu", plan, "s")
+    assert not steady.unstable and steady.spread < UNSTABLE_SPREAD
+    calls = []
+
+    def bimodal():  # one call in three ten times slower, as on a machine another job shares
+        calls.append(1)
+        time.sleep(0.02 if len(calls) % 3 == 0 else 0.002)
+
+    flagged = time_runs(bimodal, "cpu", plan, "s")
+    assert flagged.unstable and flagged.spread > UNSTABLE_SPREAD and len(calls) == 20  # measured twice
+
+
+def test_the_hard_gate_fails_rounds_that_disagree(tmp_path, monkeypatch):
+    from fitness import BuildConfig, Builder, EvalConfig, Evaluator, ShapeTiming
+    from fitness.evaluate import GATE_AGREEMENT
+    from seeds import get_family
+
+    family = get_family("cpu_gemm")
+    genome = family.seed_genomes[0].replace(loop_order="register", rows_per_step=4, vec_width=8, block_k=64)
+    build = Builder(BuildConfig(tmp_path / "cache")).build(genome.id, family.build_recipe(genome))
+    evaluator = Evaluator(family, EvalConfig(trials=1), tmp_path / "loaded")
+    times = iter([1.9e-3, 8.9e-3, 2.0e-3, 2.1e-3])  # all within a 10 ms target, but 1.9..8.9 ms apart
+    monkeypatch.setattr(evaluator, "time_shape", lambda kernel, shape, cutoff_s=None: ShapeTiming(
+        shape.name, next(times), 0.0, 0.0, 10))
+    result = evaluator.gate(genome, build, [("mission", 10e-3)], rounds=3)
+    assert not result.passed and "the rounds disagree at mission: 1900.00..8900.00 us" in result.message
+    assert GATE_AGREEMENT == 0.15
+
+
+def test_the_self_check_says_where_its_times_differ_from_the_exports():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("selfcheck", Path(__file__).resolve().parents[1] / "evo" / "_selfcheck.py")
+    selfcheck = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(selfcheck)
+    assert selfcheck._differs("the kernel", 105e-6, 100e-6, 0.02) == ""  # within the spread
+    note = selfcheck._differs("the kernel", 12e-3, 114e-6, 0.02)
+    assert "12000.00 us here against 114.00 us at export (105.26x" in note
+    assert selfcheck._recorded([{"shape": "a", "median_s": 1e-3, "p90_s": 1.2e-3}], "a") == (1e-3, pytest.approx(0.2))

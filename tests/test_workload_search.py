@@ -25,6 +25,7 @@ def test_a_workload_search_exported_as_one_op_that_checks_itself(ray_session, tm
                  "--db", str(db)]) == 0
     out = capsys.readouterr().out
     assert "workload small (4 shapes), anchor torch.matmul" in out and "geometric-mean" in out
+    assert "evaluations a minute; 1 evaluator(s), busy" in out  # the pace, and how busy the evaluator was
     check_store_invariants(db)
     (config,), = rows(db, "SELECT config FROM runs")
     assert json.loads(config)["workload"] == SMALL.to_dict()
