@@ -35,7 +35,8 @@ def test_cold_cache_timing_flushes_the_cache_before_every_timed_run(monkeypatch,
     monkeypatch.setattr(benchmark, "reading_flush", lambda device: lambda: calls.append("flush"))
     timing = benchmark.time_runs(lambda: calls.append("run"), "cpu", TimingPlan(2, 5, 5, 0.0), "s", cold=cold)
     assert timing.runs == 5
-    assert calls == ["run"] * 2 + (["flush", "run"] if cold else ["run"]) * 5
+    measured = (["flush", "run"] if cold else ["run"]) * 5  # once, or twice where its samples spread wide
+    assert calls in (["run"] * 2 + measured, (["run"] * 2 + measured) * 2)
     family = get_family("cpu_gemm")  # the evaluator times anchors (and kernels) the way its config says
     calls.clear()
     Evaluator(family, EvalConfig(trials=1, cold_cache=cold), tmp_path / "loaded").time_anchor(
@@ -91,8 +92,8 @@ def gate(family, genome, tmp_path, target_s, rounds=10):
 
 
 def test_the_hard_gate_passes_a_steady_correct_kernel_ten_times(tmp_path):
-    family = get_family(FAULTY)
-    first, result = gate(family, family.seed_genomes[0], tmp_path, target_s=1.0)
+    family = get_family(FAULTY)  # a kernel that waits 200 us: its rounds agree however busy the machine
+    first, result = gate(family, family.space.genome({"mode": "steady", "scale": 2, "pad": 0}), tmp_path, 1.0)
     assert first.status is Status.OK
     assert result.passed and result.message == ""
     assert len(result.rounds) == 10 and all(r.verified and 0 < r.mission_s <= 1.0 for r in result.rounds)

@@ -114,13 +114,18 @@ def test_a_reachable_target_stops_the_search(ray_session, tmp_path, capsys):
     count = rows(db, "SELECT COUNT(*) FROM evaluations")[0][0]
     assert 1 <= count < 40
     assert rows(db, "SELECT MIN(fitness_s) FROM evaluations")[0][0] <= 8e-3
-    # the target counted only after the hard gate: 10 rounds re-verified and re-timed within it
-    (passed, gate_target, rounds), = rows(db, "SELECT passed, target_s, rounds FROM gate_checks")
+    # the target counted only after the hard gate: 10 rounds re-verified and re-timed within it (on a
+    # machine others share, a gate may first fail, its rounds apart or slower; the search then goes on)
+    checks = rows(db, "SELECT passed, target_s, rounds, message FROM gate_checks ORDER BY id")
+    *failed, (passed, gate_target, rounds, _) = checks
+    assert all(not ok and ("the rounds disagree" in message or "over the target" in message)
+               for ok, _, _, message in failed)
     rounds = json.loads(rounds)
     assert passed and gate_target == pytest.approx(8e-3) and len(rounds) == 10
     assert all(r["verified"] and r["mission_s"] <= 8e-3 for r in rounds)
     # the summary names the kernel that passed the gate
-    (gated,), = rows(db, "SELECT i.genome_id FROM gate_checks g JOIN individuals i ON i.id = g.individual_id")
+    (gated,), = rows(db, "SELECT i.genome_id FROM gate_checks g JOIN individuals i ON i.id = g.individual_id "
+                         "WHERE g.passed")
     summary = capsys.readouterr().out
     assert "passed the hard gate" in summary and f"{gated}: 10 rounds" in summary
     check_store_invariants(db)
