@@ -217,7 +217,7 @@ class Search:
             stop_reason = stop_reason or self._stop_reason()
             if stop_reason == "time_exhausted":
                 return stop_reason  # pending candidates stay unevaluated; --resume finishes them
-            wants_batch = pipeline.builds_pending == 0 and pipeline.in_flight <= self.config.population
+            wants_batch = pipeline.wants_batch(self.config.population)
             if stop_reason is None and wants_batch and not strategy_dry:
                 asked = self._ask_and_submit(run_id, pipeline, self._batch_size(), self.state.generation + 1)
                 strategy_dry = asked == 0
