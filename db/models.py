@@ -85,7 +85,8 @@ class Evaluation(Base):
     timings: Mapped[list] = mapped_column(JSON)  # per shape: median, p90, stdev, runs
     anchor: Mapped[list] = mapped_column(JSON)  # anchor timings measured in the same process
     artifact_key: Mapped[str | None] = mapped_column(String(64))
-    worker: Mapped[str] = mapped_column(String(200), default="")
+    worker: Mapped[str] = mapped_column(String(200), default="")  # the host that verified and timed it
+    build_node: Mapped[str | None] = mapped_column(String(200))  # the host/Ray node that compiled it
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     individual: Mapped[Individual] = relationship(back_populates="evaluation")

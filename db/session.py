@@ -80,6 +80,34 @@ def is_sqlite_file(url: URL) -> bool:
     return url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:")
 
 
+CONNECT_TIMEOUT_S = 10  # seconds a database server has to answer before evo gives up on it
+
+# A database server's words for a user's mistake (any one of the patterns; a pattern's words all present),
+# and what to do about it.
+_FIXES = (
+    ((("password authentication failed",), ("no password supplied",), ("authentication failed",)),
+     "check the user name and password in the URL (postgresql+psycopg://USER:PASSWORD@HOST:PORT/NAME)"),
+    ((("role", "does not exist"),), "check the user name in the URL, or create that role on the server"),
+    ((("database", "does not exist"),),
+     "create it first (createdb, or CREATE DATABASE on the server), or name one that exists"),
+    ((("connection refused",),), "start the server, or correct the host and port in the URL"),
+    ((("resolve host",), ("translate host name",), ("name or service not known",)),
+     "correct the host name in the URL"),
+    ((("timeout expired",), ("timed out",)),
+     "the server did not answer: check the host, the port and any firewall between"),
+    ((("permission denied",),), "ask the server's administrator for access, or use another database"),
+)
+
+
+def fix_for(reason: str) -> str:
+    """"; FIX" for a database error a user can fix, from the server's or driver's message, or ""."""
+    lowered = reason.lower()
+    for patterns, fix in _FIXES:
+        if any(all(word in lowered for word in pattern) for pattern in patterns):
+            return f"; {fix}"
+    return ""
+
+
 class Database:
     def __init__(self, url: URL) -> None:
         self.url = url
@@ -117,6 +145,8 @@ class Database:
                 if self.read_only:  # nothing written, not even WAL's files: SQLite's read-only, immutable mode
                     url = URL.create("sqlite", database=f"file:{Path(self.url.database).as_posix()}?mode=ro&immutable=1",
                                      query={"uri": "true"})
+            elif self.url.get_backend_name() == "postgresql" and "connect_timeout" not in self.url.query:
+                kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}  # a server that never answers
             engine = create_engine(url, pool_pre_ping=True, **kwargs)
             if self.url.get_backend_name() == "sqlite":
                 event.listen(engine, "connect", _sqlite_read_only_pragmas if self.read_only else _sqlite_pragmas)
@@ -156,7 +186,7 @@ class Database:
             yield
         except DatabaseError as exc:
             reason = " ".join(str(exc.orig).split())  # one line: drivers' messages span several
-            raise SchemaError(f"cannot open database {self.description}: {reason}") from None
+            raise SchemaError(f"cannot open database {self.description}: {reason}{fix_for(reason)}") from None
 
     def refuse_a_database_not_evos(self) -> None:
         """SchemaError, having written nothing, when the SQLite file is not a database or is another

@@ -235,7 +235,8 @@ class Store:
                 benchmark_s=result.stages.benchmark,
                 build_stats=to_jsonable(result.usage) if result.usage else None,
                 checks=to_jsonable(result.checks), timings=to_jsonable(result.timings),
-                anchor=to_jsonable(result.anchor), artifact_key=result.artifact_key, worker=result.worker)
+                anchor=to_jsonable(result.anchor), artifact_key=result.artifact_key, worker=result.worker,
+                build_node=result.built_on or None)
             s.add(evaluation)
             if result.status is not Status.OK or not result.timings:
                 return

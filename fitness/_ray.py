@@ -91,7 +91,8 @@ def start_ray(address: str | None) -> Callable[[], None]:
             with _stderr_held_back():
                 ray.init(address=address, **common)
         else:
-            ray.init(num_cpus=os.cpu_count() or 1, object_store_memory=256 * 1024 * 1024, **common)
+            # address="local": a new instance of our own, even where `ray start` left a cluster on this machine
+            ray.init(address="local", num_cpus=os.cpu_count() or 1, object_store_memory=256 * 1024 * 1024, **common)
     except (ConnectionError, TimeoutError, RuntimeError, ValueError) as exc:
         if isinstance(exc, RayUnavailable) or not address:
             raise
@@ -103,3 +104,14 @@ def start_ray(address: str | None) -> Callable[[], None]:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     return ray.shutdown
+
+
+def node_name() -> str:
+    """This host, and in a Ray worker its Ray node (several nodes may share a host)."""
+    import platform
+
+    import ray
+
+    if not ray.is_initialized():
+        return platform.node()
+    return f"{platform.node()}/{ray.get_runtime_context().get_node_id()[:8]}"

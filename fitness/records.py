@@ -45,6 +45,7 @@ class BuildResult:
     seconds: float
     cached: bool
     log: str = field(default="", repr=False)
+    node: str = ""  # where it was compiled: host/Ray node (a cluster spreads builds over its nodes)
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,8 @@ class EvalResult:
     usage: ResourceUsage | None = None
     stages: StageSeconds = StageSeconds()
     artifact_key: str | None = None
-    worker: str = ""
+    worker: str = ""  # the host that verified and timed it
+    built_on: str = ""  # the host/Ray node that compiled it
 
     def timing(self, shape: str) -> ShapeTiming | None:
         return next((t for t in self.timings if t.shape == shape), None)

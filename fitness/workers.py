@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
+from fitness._pacing import Pacing
+from fitness._ray import node_name
 from fitness._ray import short_error as _short
 from fitness.build import BuildConfig, Builder
 from fitness.evaluate import EvalConfig, Evaluator, ShapePlan
@@ -75,8 +77,9 @@ def build_and_screen(family_ref: str, genome_json: str, config: BuildConfig) -> 
         build = BuildResult(genome.id, Status.COMPILE_ERROR, f"rendering the source failed: {exc}",
                             None, None, 0.0, False)
         return build, screen(build, "", family.screen_limits)
-    build = Builder(config).build(genome.id, recipe)
+    build = replace(Builder(config).build(genome.id, recipe), node=node_name())
     return build, screen(build, recipe.output, family.screen_limits)
+
 
 
 class EvaluatorActor:
@@ -145,6 +148,8 @@ class Pipeline:
         resources = {"num_gpus": 1, "num_cpus": 1} if family.device == "cuda" else {"num_cpus": 1}
         self._actor_class = ray.remote(max_restarts=0, **resources)(EvaluatorActor)
         self._building: dict = {}  # ObjectRef -> Genome
+        self._build_started: dict = {}  # ObjectRef -> when it was submitted
+        self.pacing = Pacing()
         self._unsubmitted: deque = deque()  # genomes whose build waits for the CPU to be free
         # On a CPU family, compiles and timings would share the cores: never run both at once.
         self._isolate_timing = family.device == "cpu"
@@ -180,6 +185,12 @@ class Pipeline:
     @property
     def builds_pending(self) -> int:
         return len(self._building) + len(self._unsubmitted)
+
+    def wants_batch(self, population: int) -> bool:
+        """Whether the loop should ask for its next batch now (see fitness._pacing)."""
+        return self.pacing.wants_batch(building=self.builds_pending, queued=len(self._ready), in_flight=self.in_flight,
+                                       population=population, evaluators=len(self._slots),
+                                       isolated=self._isolate_timing)
 
     @property
     def in_flight(self) -> int:
@@ -260,6 +271,7 @@ class Pipeline:
             genome = self._unsubmitted.popleft()
             ref = self._build_task.remote(self.family.reference_key, genome.to_json(), self.config.build)
             self._building[ref] = genome
+            self._build_started[ref] = time.monotonic()
 
     def _step(self, wait_s: float) -> None:
         ray = self._ray
@@ -280,6 +292,7 @@ class Pipeline:
         done, _ = self._ray.wait(list(self._building), num_returns=len(self._building), timeout=0)
         for ref in done:
             genome = self._building.pop(ref)
+            self.pacing.built(time.monotonic() - self._build_started.pop(ref))
             try:
                 build, screened = self._ray.get(ref)
             except Exception as exc:  # the worker died twice (retried once by Ray)
@@ -291,7 +304,7 @@ class Pipeline:
                 stages = StageSeconds(build=build.seconds, screen=screened.seconds)
                 self._finish(genome, EvalResult(genome.id, screened.status, screened.message, None,
                                                 usage=screened.usage, stages=stages,
-                                                artifact_key=build.artifact_key))
+                                                artifact_key=build.artifact_key), build)
 
     def _check_slot(self, slot: _Slot) -> None:
         if slot.anchor_ref is not None:
@@ -327,6 +340,7 @@ class Pipeline:
         ready, _ = ray.wait([slot.job_ref], timeout=0)
         if ready:
             self.busy_s += time.monotonic() - started
+            self.pacing.evaluated(time.monotonic() - started)
             try:
                 result = ray.get(slot.job_ref)
             except ray.exceptions.RayActorError as exc:
@@ -336,7 +350,7 @@ class Pipeline:
                     return
                 self._finish(job.genome, self._failure(
                     job, Status.CRASHED, "evaluator process died running this kernel, twice (retried once "
-                    f"on a fresh evaluator): {_short(exc)}", started))
+                    f"on a fresh evaluator): {_short(exc)}", started), job.build)
                 return
             except ray.exceptions.RayError as exc:  # the evaluator itself raised: still this genome's record
                 result = self._failure(job, Status.CRASHED,
@@ -345,14 +359,14 @@ class Pipeline:
             slot.job, slot.job_ref = None, None
             if result.status is Status.CRASHED:
                 self._replace(slot)  # a kernel fault that may have poisoned the CUDA context
-            self._finish(job.genome, result)
+            self._finish(job.genome, result, job.build)
         elif time.monotonic() - started > self._watchdog_s(slot):
             self.busy_s += time.monotonic() - started
             watchdog = self.config.describe_watchdog(slot.anchor_pass_s)
             result = self._failure(job, Status.TIMEOUT, f"no result within the watchdog's {watchdog}; evaluator killed",
                                    started)
             self._replace(slot)
-            self._finish(job.genome, result)
+            self._finish(job.genome, result, job.build)
 
     def _watchdog_s(self, slot: _Slot) -> float:
         return self.config.watchdog_s(slot.anchor_pass_s) if slot.anchor_pass_s is not None else self.config.eval_timeout_s
@@ -375,5 +389,7 @@ class Pipeline:
                 plan = self._plan_for(job.genome) if self._plan_for is not None else None
                 slot.job_ref = slot.actor.evaluate.remote(job.genome.to_json(), job.build, job.screened, plan)
 
-    def _finish(self, genome: Genome, result: EvalResult) -> None:
+    def _finish(self, genome: Genome, result: EvalResult, build: BuildResult | None = None) -> None:
+        if build is not None and build.node:
+            result = replace(result, built_on=build.node)
         self._finished.append(Finished(genome, result))
