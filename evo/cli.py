@@ -119,7 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--out", required=True, help="directory to create (must not exist or be empty)")
     export.add_argument("--db", help=db_help)
 
-    commands.add_parser("families", help="the kernel families and their knobs")
+    commands.add_parser("families", help="the kernel families and their knobs: built-in, installed, folders here")
+
+    new_family = commands.add_parser("new-family", help="write a working family folder to start from (kernel, "
+                                     "short spec, experiment file) in the current directory")
+    new_family.add_argument("name", help="the family's name, a C identifier (also the folder's)")
+    new_family.add_argument("--device", default="cpu", help="cpu (a C++ kernel; the default)")
 
     doctor = commands.add_parser("doctor", help="check nvcc, GPU, Ray, C++ compiler and the database")
     doctor.add_argument("--db", help=db_help)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import shutil
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -21,7 +22,8 @@ def dispatch(args: argparse.Namespace, console: Console) -> int:
     from evo._doctor import cmd_doctor
 
     handlers = {"search": cmd_search, "runs": cmd_runs, "show": cmd_show, "lineage": cmd_lineage,
-                "export": cmd_export, "families": cmd_families, "doctor": cmd_doctor, "db": cmd_db}
+                "export": cmd_export, "families": cmd_families, "doctor": cmd_doctor, "db": cmd_db,
+                "new-family": cmd_new_family}
     return handlers[args.command](args, console)
 
 
@@ -195,7 +197,6 @@ def _refuse_a_family_that_does_not_compile(family, config) -> None:
     """Build the seed genomes here (cached: the search's own builds of them are then cache hits);
     when none compiles, the family's source is broken and no run is started. Skipped where this
     machine lacks the family's compiler (a Ray cluster's workers build)."""
-    from pathlib import Path
 
     from fitness import BuildConfig, Builder, Status, default_cache_dir
     from fitness.build import compiler_command
@@ -295,7 +296,6 @@ def cmd_show(args, console: Console) -> int:
 
 
 def cmd_lineage(args, console: Console) -> int:
-    from pathlib import Path
 
     from evo.report import FORMATS, build_report, write_report
 
@@ -323,7 +323,6 @@ def cmd_lineage(args, console: Console) -> int:
 
 
 def cmd_export(args, console: Console) -> int:
-    from pathlib import Path
 
     from evo.export import export_run
 
@@ -343,10 +342,18 @@ def cmd_export(args, console: Console) -> int:
 
 def cmd_families(args, console: Console) -> int:
     from seeds import family_names, get_family
+    from seeds._registry import family_folders, installed_families
 
-    for name in family_names():
-        family = get_family(name)
-        table = Table(title=f"{name} ({family.device}): {family.description}; anchor {family.anchor_name}")
+    found = [(name, "built-in") for name in family_names()]
+    found += [(name, f"installed: {target}") for name, target in sorted(installed_families().items())]
+    found += [(f"./{folder.name}", "folder here") for folder in family_folders(Path.cwd())]
+    for name, kind in found:
+        try:
+            family = get_family(name)
+        except ValueError as exc:  # a broken family here is reported, and the others still listed
+            console.print(f"{name} ({kind}): cannot be loaded: {exc}", highlight=False, markup=False)
+            continue
+        table = Table(title=f"{name} ({kind}, {family.device}): {family.description}; anchor {family.anchor_name}")
         table.add_column("knob")
         table.add_column("domain")
         table.add_column("meaning")
@@ -365,6 +372,18 @@ def cmd_families(args, console: Console) -> int:
             console.print("runs on GPUs of compute capability {}.{}".format(*family.compute_capability)
                           + ("" if runs else f"; built but unverified on this machine ({why})"),
                           highlight=False, markup=False)
+    return 0
+
+
+def cmd_new_family(args, console: Console) -> int:
+    from evo._new_family import new_family
+
+    try:
+        written = new_family(args.name, args.device, Path.cwd())
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    console.print(f"wrote {', '.join(str(p.relative_to(Path.cwd())) for p in written)}; try: evo search --family "
+                  f"./{args.name} --budget 8", highlight=False, soft_wrap=True)
     return 0
 
 

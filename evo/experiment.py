@@ -56,6 +56,13 @@ def parse_duration(value: Any, what: str) -> float:
     return seconds
 
 
+def _is_relative_path(reference: str) -> bool:
+    from seeds._registry import is_path_reference
+
+    location = reference.split("@", 1)[0]
+    return is_path_reference(location) and not location.startswith(("/", "~"))
+
+
 def load_experiment(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(search settings as SearchConfig fields, strategy options) from a TOML file; a [workload] table
     comes back as settings["workload"], unchecked.
@@ -84,6 +91,8 @@ def load_experiment(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
             raise ValueError(f"experiment file {str(path)!r}: search.{key} has the wrong type ({value!r})")
         if key in DURATION_KEYS:
             settings[DURATION_KEYS[key]] = parse_duration(value, f"search.{key}")
+        elif key == "family" and _is_relative_path(value):  # a family folder beside the file, wherever run from
+            settings[key] = str((path.resolve().parent / value).resolve())
         else:
             settings[key] = value
     if "workload" in data:  # checked against the family once it is known (seeds.parse_workload)

@@ -233,7 +233,10 @@ def _write_files(family, run, module_name: str, built, kernels: list[_Kernel], d
     kernel_table = {k.genome.id: {"genome": k.genome.as_dict(), "artifact": k.artifact_name} for k, _, _ in built}
     template = family.export_template.read_text()
     module = (template.replace("__KERNELS_JSON__", repr(json.dumps(kernel_table, sort_keys=True)))
-              .replace("__DISPATCH_JSON__", repr(json.dumps(dispatch))).replace("__OP_NAME__", module_name))
+              .replace("__DISPATCH_JSON__", repr(json.dumps(dispatch))).replace("__OP_NAME__", module_name)
+              .replace("__FAMILY__", family.name))
+    if hasattr(family, "export_description"):  # a short spec's generic launcher reads the spec itself
+        module = module.replace("__SPEC_JSON__", repr(json.dumps(family.export_description())))
     write(f"{module_name}.py", module)
     compiler = recipe.compiler if built else ("nvcc" if family.device == "cuda" else "c++")
     metadata = dict(

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -105,6 +106,25 @@ def _command(recipe: BuildRecipe, source: Path, output: Path) -> list[str]:
     return [compiler_command(recipe.compiler), *recipe.flags, *includes, str(source), "-o", str(output)]
 
 
+_DEFINE = re.compile(r"-D([A-Za-z_][A-Za-z0-9_]*)=(\S+)$")
+_PRAGMA = re.compile(r"^(\s*#\s*pragma\b)(.*)$", re.MULTILINE)
+
+
+def expand_macros_in_pragmas(source: str, flags) -> str:
+    """The source with each ``-DNAME=VALUE`` macro of ``flags`` written out in its ``#pragma`` lines, where
+    compilers do not expand macros (``#pragma GCC unroll UNROLL``); every other line is left to the
+    preprocessor, and the line count is kept (compiler messages point at the user's lines)."""
+    macros = dict(m.groups() for m in map(_DEFINE.match, flags) if m)
+    if not macros:
+        return source
+    names = re.compile(r"\b(" + "|".join(map(re.escape, sorted(macros, key=len, reverse=True))) + r")\b")
+
+    def expand(line: re.Match) -> str:
+        return line.group(1) + names.sub(lambda m: macros[m.group(1)], line.group(2))
+
+    return _PRAGMA.sub(expand, source)
+
+
 class Builder:
     """Compiles recipes into the cache. Safe to use from several processes at once."""
 
@@ -140,7 +160,7 @@ class Builder:
         work = Path(tempfile.mkdtemp(prefix="build-", dir=self.config.cache_dir))
         try:
             source = work / recipe.source_name
-            source.write_text(recipe.source)
+            source.write_text(expand_macros_in_pragmas(recipe.source, recipe.flags))
             output = work / ("artifact" + ARTIFACT_SUFFIX[recipe.output])
             command = _command(recipe, source, output)
             try:

@@ -37,6 +37,24 @@ def test_builds_a_shared_library_and_caches_it(cache_dir):
     assert passed.status is Status.OK
 
 
+UNROLLED = """extern "C" void twice(float* x, int n) {
+#pragma GCC unroll UNROLL
+    for (int i = 0; i < n; ++i) x[i] *= 2;
+}
+"""
+
+
+def test_knob_macros_reach_pragmas_where_the_preprocessor_does_not_expand_them(cache_dir):
+    from fitness.build import expand_macros_in_pragmas
+
+    flags = ("-O2", "-fPIC", "-shared", "-DUNROLL=4")
+    built = Builder(BuildConfig(cache_dir)).build("g", BuildRecipe(UNROLLED, "twice.cpp", "c++", flags, "shared_library"))
+    assert built.status is Status.OK, built.message  # g++ alone: "'UNROLL' was not declared in this scope"
+    source = "#pragma omp parallel for num_threads(THREADS) // THREADSX\nint x = THREADS;\n"
+    assert expand_macros_in_pragmas(source, ("-DTHREADS=2",)) == \
+        "#pragma omp parallel for num_threads(2) // THREADSX\nint x = THREADS;\n"
+
+
 def test_compile_error_is_a_record_with_diagnostics(cache_dir):
     recipe = BuildRecipe("int main( { return 0; }\n", "broken.cpp", "c++", ("-shared", "-fPIC"), "shared_library")
     result = Builder(BuildConfig(cache_dir)).build("g1", recipe)

@@ -1,0 +1,44 @@
+"""The family API, what users write their own kernel families against.
+
+A family declares its knobs (a ``Space`` of ``Choice``, ``PowerOfTwo``, ``IntRange``, ``Boolean``, with
+named constraints), its seed genome(s), its problem shapes (one the mission), how to make inputs, the
+reference (PyTorch, higher precision) and its tolerance, the anchor (what a user would call instead), how
+to build a genome and how to launch what was built. evo guarantees around it: each genome is built once
+(content-addressed cache) and screened; its output is poisoned (NaN) before every run and must be fully
+written; it is verified on fresh random inputs on every shape of the family before it is timed; a crash
+or hang costs its evaluator process, never the search; the anchor is timed in the same process.
+
+Two ways to write one:
+
+- The short spec, for a C++ function whose knobs are macros (``CppKernel``, below): about 15 lines, no
+  launch code, exported without a template.
+- A subclass of ``KernelFamily`` with its seven methods (``build_recipe``, ``make_inputs``,
+  ``make_output``, ``reference``, ``load``, ``launch``, ``anchor``), as the built-in families are.
+
+A family is found as a folder's path (``evo search --family ./myfamily``: its ``spec.py`` defines
+FAMILY), a ``module:ATTRIBUTE``, or an installed package's ``evo.families`` entry point.
+See docs/FAMILIES.md.
+"""
+
+from evo._cpp_kernel import CppKernel, Scalar, Tensor
+from kernel_genome import Boolean, Choice, Constraint, IntRange, PowerOfTwo, Space
+from seeds import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance, shape, workload
+
+__all__ = [
+    "Boolean",
+    "BuildRecipe",
+    "Choice",
+    "Constraint",
+    "CppKernel",
+    "IntRange",
+    "KernelFamily",
+    "PowerOfTwo",
+    "ProblemShape",
+    "Scalar",
+    "Space",
+    "Tensor",
+    "TimingPlan",
+    "Tolerance",
+    "shape",
+    "workload",
+]
