@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import shutil
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from db import Database, SchemaError, Store, resolve_url
+from db import Database, SchemaError, Store
+from evo.api import database_at, open_store
 from evo.cli import BadInput, Interrupted
 from evo._views import gate_line, mission_anchor, run_dispatch_table, unsteady_at_fitness_shape
 from evo.experiment import load_experiment, parse_duration
@@ -30,28 +29,17 @@ def dispatch(args: argparse.Namespace, console: Console) -> int:
 # -- helpers ----------------------------------------------------------------------------------
 def _database(args, *, must_exist: bool) -> Database:
     try:
-        database = Database(resolve_url(getattr(args, "db", None)))
-        database.refuse_a_database_not_evos()  # before anything, even a compile, is written
-    except (ValueError, SchemaError) as exc:
+        return database_at(getattr(args, "db", None), must_exist=must_exist)
+    except ValueError as exc:
         raise BadInput(str(exc)) from None
-    if must_exist and not database.exists():
-        raise BadInput(f"no database at {database.description} (run `evo search` first or pass --db)")
-    return database
 
 
 def _open(database: Database, *, create: bool = True, writes: bool = True) -> Store:
-    """The store; a SQLite file evo cannot write is opened read-only for the commands that only read
-    (``writes`` False), and refused with one line by those that write."""
-    if database.cannot_write():
-        if writes:
-            raise BadInput(f"database {database.description} cannot be written here (a read-only file or folder): "
-                           f"give --db a writable place")
-        database.read_only = True
+    """The store (see evo.api.open_store), or one line and exit 2."""
     try:
-        database.open(create=create)
-    except SchemaError as exc:
+        return open_store(database, create=create, writes=writes)
+    except ValueError as exc:
         raise BadInput(str(exc)) from None
-    return Store(database)
 
 
 # -- search -------------------------------------------------------------------------------------
@@ -91,60 +79,41 @@ def cmd_search(args, console: Console) -> int:
         from fitness import prepare_to_join
 
         prepare_to_join()  # before anything imports Ray: it reads its settings then
+    from evo.api import new_search, resumed_search
     from evo.progress import ConsoleReporter
-    from evo.search import Search, SearchConfig
     from seeds import get_family
 
     settings, options = _search_settings(args)
+    reporter = ConsoleReporter(console)
     if args.resume is not None:
         fixed = (set(FLAG_FIELDS) - RESUMABLE_OVERRIDES) | {"sampler", "experiment", WORKLOAD_FLAG}
         explicit = {f for f in fixed if getattr(args, f) is not None}
         if explicit:
             raise BadInput(f"--resume continues a run with its own settings; only --budget and --time-budget "
                            f"may change (got --{sorted(explicit)[0].replace('_', '-')})")
-        database = _database(args, must_exist=True)
-        store = _open(database, create=False)
-        run = store.get_run(args.resume)
-        if run is None:
-            raise BadInput(f"run {args.resume} does not exist in {database.description}")
-        _refuse_a_run_that_cannot_go_on(run, settings)
-        stored = dict(run.config)
-        stored.update({k: v for k, v in settings.items() if k in ("budget", "time_budget_s")})
         try:
-            config = SearchConfig.from_dict(stored)
-            get_family(config.family_reference)
+            search = resumed_search(args.resume, db=args.db, ray_address=args.ray_address, reporter=reporter,
+                                    budget=settings.get("budget"), time_budget=settings.get("time_budget_s"))
         except ValueError as exc:
-            raise BadInput(f"run {args.resume} cannot resume: {exc}") from None
-        search = Search(config, store, ConsoleReporter(console, budget=config.budget), ray_address=args.ray_address)
+            raise BadInput(str(exc)) from None
+        reporter.budget = search.config.budget
         return _run(search, lambda: search.resume(args.resume))
     settings["strategy_options"] = options
     settings.setdefault("strategy", "evolution")
     if "sampler" in options and settings["strategy"] != "optuna":
         raise BadInput("--sampler applies to --strategy optuna only")
-    workload = settings.pop("workload", None)
+    table = settings.pop("workload", None)
+    family = settings.pop("family")
     try:
-        config = SearchConfig(**settings)
-        from evo.strategies import make_strategy
-
-        family = get_family(config.family_reference)
-        if args.workload is not None or workload is not None:
-            config = dataclasses.replace(config, workload=_workload(args, family, workload).to_dict())
-        make_strategy(config.strategy, family.space, seed=config.seed, population=config.population,
-                      options=config.strategy_options)
+        workload = None
+        if args.workload is not None or table is not None:
+            reference = family if settings.get("mission") is None else f"{family}@{settings['mission']}"
+            workload = _workload(args, get_family(reference), table)
+        search = new_search(family, workload=workload, db=args.db, ray_address=args.ray_address, reporter=reporter,
+                            **settings)
     except ValueError as exc:
         raise BadInput(str(exc)) from None
-    database = _database(args, must_exist=False)
-    if family.device == "cuda" and args.ray_address is None:
-        if not _local_gpu():
-            raise BadInput(f"family {family.name} runs on a CUDA GPU and this machine has none "
-                           f"(use --ray-address for a cluster with GPUs, or a CPU family such as --family cpu_gemm)")
-        runs, why = family.runs_here()
-        if not runs:
-            raise BadInput(f"family {family.name} is built but unverified on this machine: {why} "
-                           f"(its kernels still compile and pass the ptxas screen here; see `evo families`)")
-    _refuse_a_family_that_does_not_compile(family, config)
-    store = _open(database)
-    search = Search(config, store, ConsoleReporter(console, budget=config.budget), ray_address=args.ray_address)
+    reporter.budget = search.config.budget
     return _run(search, search.start)
 
 
@@ -164,25 +133,6 @@ def _run(search, go) -> int:
         raise Interrupted(f"interrupted: run {search.run_id} is marked interrupted; continue it with "
                           f"`evo search --resume {search.run_id}`") from None
 
-def _refuse_a_run_that_cannot_go_on(run, settings: dict) -> None:
-    """--resume of a run whose driver is alive elsewhere, that reached its target or ran out of new genomes,
-    that ended at its limits without new ones, or with a --budget it has already spent: one line each."""
-    if run.status == "running" and not run.driver_died():
-        raise BadInput(f"run {run.id} is running in process {run.pid} on {run.host} (heard from {run.heard_s():.0f} s "
-                       f"ago): stop it there first (Ctrl-C), or wait for it")
-    if run.status in ("target_reached", "space_exhausted"):
-        raise BadInput(f"run {run.id} ended with {run.status.replace('_', ' ')}: there is nothing left to resume "
-                       f"(start a new search)")
-    budget = settings.get("budget")
-    if budget is not None and budget <= run.evaluations:
-        raise BadInput(f"run {run.id} already has {run.evaluations} evaluations: --budget {budget} leaves it none "
-                       f"(give more than {run.evaluations})")
-    if run.status == "budget_exhausted" and budget is None:
-        raise BadInput(f"run {run.id} spent its budget ({run.evaluations} evaluations): give a larger --budget to go on")
-    if run.status == "time_exhausted" and budget is None and "time_budget_s" not in settings:
-        raise BadInput(f"run {run.id} ran out of time after {run.evaluations} evaluations: give a --time-budget (or a "
-                       f"larger --budget) to go on")
-
 
 def _workload(args, family, table):
     """--workload (a built-in name or a TOML file), else the experiment file's [workload] table."""
@@ -191,38 +141,6 @@ def _workload(args, family, table):
     if args.workload is not None:
         return resolve_workload(family, args.workload)
     return parse_workload(family, table, f"experiment file {args.experiment!r}")
-
-
-def _refuse_a_family_that_does_not_compile(family, config) -> None:
-    """Build the seed genomes here (cached: the search's own builds of them are then cache hits);
-    when none compiles, the family's source is broken and no run is started. Skipped where this
-    machine lacks the family's compiler (a Ray cluster's workers build)."""
-
-    from fitness import BuildConfig, Builder, Status, default_cache_dir
-    from fitness.build import compiler_command
-
-    builder = Builder(BuildConfig(Path(config.cache_dir) if config.cache_dir else default_cache_dir(),
-                                  config.build_timeout_s))
-    failures = []
-    for seed in family.seed_genomes:
-        try:
-            recipe = family.build_recipe(seed)
-        except Exception as exc:  # noqa: BLE001 - the family's own code failing is the user's input failing
-            failures.append(f"rendering its source raised {type(exc).__name__}: {exc}")
-            continue
-        if shutil.which(compiler_command(recipe.compiler)) is None:
-            return
-        build = builder.build(seed.id, recipe)
-        if build.status not in (Status.COMPILE_ERROR, Status.COMPILE_TIMEOUT):
-            return
-        failures.append(build.message)
-    raise BadInput(f"family {family.name} does not build: its seed genome fails ({failures[0]})")
-
-
-def _local_gpu() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 # -- reading the store ------------------------------------------------------------------------

@@ -1,0 +1,43 @@
+"""evo as a library: a search started, resumed and exported from Python, as from a notebook."""
+
+from __future__ import annotations
+
+import pytest
+
+import evo
+
+
+def test_search_resume_and_export_from_python(ray_session, tmp_path):
+    db = tmp_path / "evo.db"
+    first = evo.search("cpu_gemm", budget=6, population=4, trials=1, db=db)
+    assert first.run_id == 1 and first.status == "budget_exhausted" and first.evaluations == 6
+    assert first.best_genome is not None and first.best_fitness_s > 0 and first.anchor_s > 0
+    more = evo.resume(first.run_id, budget=9, db=db)
+    assert more.run_id == 1 and more.evaluations == 9
+    exported = evo.export(1, tmp_path / "op", db=db)
+    assert (tmp_path / "op" / "selfcheck.py").exists() and exported.genome_id == more.best_genome.id
+    with pytest.raises(ValueError, match="already has 9 evaluations"):
+        evo.resume(1, budget=9, db=db)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (dict(budget=0), "budget must be a positive number"),
+    (dict(budget=4, populaton=8), "unknown search setting(s) ['populaton']"),
+    (dict(budget=4, time_budget="soon"), "time_budget"),
+    (dict(budget=4, workload="nosuch"), "nosuch"),
+])
+def test_a_bad_argument_is_a_value_error_naming_it_and_nothing_is_written(arguments, message, tmp_path):
+    with pytest.raises(ValueError) as error:
+        evo.new_search("cpu_gemm", db=tmp_path / "evo.db", **arguments)
+    assert message in str(error.value)
+    assert not (tmp_path / "evo.db").exists()
+
+
+def test_a_family_object_is_taken_when_its_workers_can_load_it(tmp_path):
+    from seeds import get_family
+    from tests.families.faulty import FaultyFamily
+
+    loaded = get_family("tests.families.faulty:FAMILY")
+    assert evo.new_search(loaded, budget=2, db=tmp_path / "evo.db").family is loaded
+    with pytest.raises(ValueError, match="was made here, not loaded"):
+        evo.new_search(FaultyFamily(), budget=2, db=tmp_path / "other.db")
