@@ -1,11 +1,11 @@
 """evo: evolutionary search for fast, verified kernels (CLI, search loop, strategies).
 
-As a library: ``evo.search(family, budget=..., target=...)``, ``evo.resume(run_id, budget=...)``,
-``evo.export(run_id, out)`` (see evo.api); families are written against ``evo.family``.
+As a library: ``evo.tune(family, budget=..., target=...)``, ``evo.resume(run_id, budget=...)``,
+``evo.export_run(run_id, out)`` (see evo.api); families are written against ``evo.family``.
 """
 
 __version__ = "0.1.0"
-__all__ = ["export", "new_search", "resume", "resumed_search", "search"]
+__all__ = ["export_run", "new_search", "resume", "resumed_search", "tune"]
 
 
 def __getattr__(name: str):

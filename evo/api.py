@@ -3,13 +3,14 @@ over these functions; every bad argument is a ``ValueError`` naming it, raised b
 
     import evo
 
-    result = evo.search("./demo", budget=40, target="0.8x")       # or family=a KernelFamily loaded from a file
+    result = evo.tune("./demo", budget=40, target="0.8x")         # or family=a KernelFamily loaded from a file
     print(result.run_id, result.status, result.best_fitness_s, result.best_genome)
-    evo.export(result.run_id, "demo_op")                           # the package, with its self-check
+    evo.export_run(result.run_id, "demo_op")                       # the package, with its self-check
     more = evo.resume(result.run_id, budget=80)                    # the same run, further
 
-``search`` and ``resume`` return a ``SearchOutcome`` (run id, status, best genome and time, the anchor's
-time, a workload run's dispatch table); ``export`` an ``ExportResult`` (the files, the module's name).
+``tune`` and ``resume`` return a ``SearchOutcome`` (run id, status, best genome and time, the anchor's
+time, a workload run's dispatch table); ``export_run`` an ``ExportResult`` (the files, the module's name).
+(``evo.search`` and ``evo.export`` are the modules of the loop and of the export.)
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def resumed_search(run_id: int, *, db=None, ray_address: str | None = None, repo
     return Search(config, store, reporter or SilentReporter(), ray_address=ray_address)
 
 
-def search(family, **arguments):
+def tune(family, **arguments):
     """Start a search and run it to its end (see ``new_search``); its ``SearchOutcome``."""
     return new_search(family, **arguments).start()
 
@@ -127,12 +128,12 @@ def resume(run_id: int, **arguments):
     return resumed_search(run_id, **arguments).resume(run_id)
 
 
-def export(run_id: int, out: str | Path, *, individual: int | None = None, db=None):
+def export_run(run_id: int, out: str | Path, *, individual: int | None = None, db=None):
     """The run's best kernel (a workload run: its op), or ``individual``, as a package in ``out``."""
-    from evo.export import export_run
+    from evo.export import export_run as export_stored_run
 
     store = open_store(database_at(db, must_exist=True), create=False, writes=False)
-    return export_run(store, run_id, individual, Path(out))
+    return export_stored_run(store, run_id, individual, Path(out))
 
 
 class SilentReporter:

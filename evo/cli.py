@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     new_family = commands.add_parser("new-family", help="write a working family folder to start from (kernel, "
                                      "short spec, experiment file) in the current directory")
     new_family.add_argument("name", help="the family's name, a C identifier (also the folder's)")
-    new_family.add_argument("--device", default="cpu", help="cpu (a C++ kernel; the default)")
+    new_family.add_argument("--device", default="cpu", help="cpu (a C++ function; the default) or cuda (a CUDA kernel)")
 
     doctor = commands.add_parser("doctor", help="check nvcc, GPU, Ray, C++ compiler and the database")
     doctor.add_argument("--db", help=db_help)

@@ -10,8 +10,8 @@ or hang costs its evaluator process, never the search; the anchor is timed in th
 
 Two ways to write one:
 
-- The short spec, for a C++ function whose knobs are macros (``CppKernel``, below): about 15 lines, no
-  launch code, exported without a template.
+- The short spec, for a C++ function or a CUDA kernel whose knobs are macros (``CppKernel``,
+  ``CudaKernel``): about 15 lines, no launch code, exported without a template of its own.
 - A subclass of ``KernelFamily`` with its seven methods (``build_recipe``, ``make_inputs``,
   ``make_output``, ``reference``, ``load``, ``launch``, ``anchor``), as the built-in families are.
 
@@ -20,7 +20,7 @@ FAMILY), a ``module:ATTRIBUTE``, or an installed package's ``evo.families`` entr
 See docs/FAMILIES.md.
 """
 
-from evo._cpp_kernel import CppKernel, Scalar, Tensor
+from evo._short_spec import CppKernel, CudaKernel, Scalar, Tensor
 from kernel_genome import Boolean, Choice, Constraint, IntRange, PowerOfTwo, Space
 from seeds import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance, shape, workload
 
@@ -30,6 +30,7 @@ __all__ = [
     "Choice",
     "Constraint",
     "CppKernel",
+    "CudaKernel",
     "IntRange",
     "KernelFamily",
     "PowerOfTwo",

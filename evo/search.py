@@ -147,8 +147,12 @@ class Search:
                 self._tally(genome, entry.status, entry.fitness_s)
         self.strategy.restore(finished, pending)
         for gate, individual in self.store.gates(run_id):
+            if gate.target_s is None:  # a workload winner's confirmation, not a gate of the target
+                continue
             self._gated.add(individual.genome_id)
-            self._gate_passed = self._gate_passed or gate.passed
+            self._gate_passed = self._gate_passed or (gate.passed and self.shapes is None)
+        if self.shapes is not None:  # a workload's target: every shape's winner through the gate
+            self._gate_passed = self.shapes.board.reached()
         self.state.generation = max((e.generation for e in history), default=0)
         self.state.submitted = len(finished)
         run = self.store.get_run(run_id)

@@ -19,13 +19,24 @@ def over_target(round_: GateRound, targets, number: int) -> str:
     return ""
 
 
+def _compared(done, index: int) -> tuple[list[float], bool]:
+    """What the rounds compare at the ``index``-th gated shape: the kernel's times, or where the anchor was
+    timed beside it (a workload winner's confirmation), its time over the anchor's (a claim of speed is a
+    ratio; a machine that slows down for a while slows both)."""
+    if all(r.anchor_times for r in done):
+        return [r.times[index][1] / r.anchor_times[index][1] for r in done], True
+    return [r.times[index][1] for r in done], False
+
+
 def disagreement(done, targets) -> str:
-    """The gate's word on rounds whose times at one shape lie more than GATE_AGREEMENT apart, or ""."""
+    """The gate's word on rounds whose times (or ratios to the anchor) at one shape lie more than
+    GATE_AGREEMENT apart, or ""."""
     for index, (name, _) in enumerate(targets):
-        seconds = [r.times[index][1] for r in done]
-        if max(seconds) > min(seconds) * (1 + GATE_AGREEMENT):
-            return (f"the rounds disagree at {name}: {min(seconds) * 1e6:.2f}..{max(seconds) * 1e6:.2f} us, "
-                    f"more than {GATE_AGREEMENT:.0%} apart (unsteady timing)")
+        values, ratios = _compared(done, index)
+        if max(values) > min(values) * (1 + GATE_AGREEMENT):
+            span = (f"kernel/anchor {min(values):.3f}..{max(values):.3f}" if ratios
+                    else f"{min(values) * 1e6:.2f}..{max(values) * 1e6:.2f} us")
+            return f"the rounds disagree at {name}: {span}, more than {GATE_AGREEMENT:.0%} apart (unsteady timing)"
     return ""
 
 
@@ -35,9 +46,9 @@ def outlier(done, targets) -> int | None:
         return None
     farthest, index = 0.0, None
     for shape in range(len(targets)):
-        seconds = [r.times[shape][1] for r in done]
-        middle = statistics.median(seconds)
-        for number, value in enumerate(seconds):
+        values, _ = _compared(done, shape)
+        middle = statistics.median(values)
+        for number, value in enumerate(values):
             if abs(math.log(value / middle)) > farthest:
                 farthest, index = abs(math.log(value / middle)), number
     return index

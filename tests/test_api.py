@@ -9,12 +9,12 @@ import evo
 
 def test_search_resume_and_export_from_python(ray_session, tmp_path):
     db = tmp_path / "evo.db"
-    first = evo.search("cpu_gemm", budget=6, population=4, trials=1, db=db)
+    first = evo.tune("cpu_gemm", budget=6, population=4, trials=1, db=db)
     assert first.run_id == 1 and first.status == "budget_exhausted" and first.evaluations == 6
     assert first.best_genome is not None and first.best_fitness_s > 0 and first.anchor_s > 0
     more = evo.resume(first.run_id, budget=9, db=db)
     assert more.run_id == 1 and more.evaluations == 9
-    exported = evo.export(1, tmp_path / "op", db=db)
+    exported = evo.export_run(1, tmp_path / "op", db=db)
     assert (tmp_path / "op" / "selfcheck.py").exists() and exported.genome_id == more.best_genome.id
     with pytest.raises(ValueError, match="already has 9 evaluations"):
         evo.resume(1, budget=9, db=db)
@@ -41,3 +41,10 @@ def test_a_family_object_is_taken_when_its_workers_can_load_it(tmp_path):
     assert evo.new_search(loaded, budget=2, db=tmp_path / "evo.db").family is loaded
     with pytest.raises(ValueError, match="was made here, not loaded"):
         evo.new_search(FaultyFamily(), budget=2, db=tmp_path / "other.db")
+
+
+def test_the_library_names_stay_functions_beside_the_modules_of_the_same_package():
+    import evo.export  # noqa: F401  (the modules of the loop and of the export)
+    import evo.search  # noqa: F401
+
+    assert all(callable(getattr(evo, name)) for name in evo.__all__)

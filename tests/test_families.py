@@ -233,3 +233,48 @@ def test_new_family_then_search_then_export_then_a_self_check_without_evo(tmp_pa
                           text=True, timeout=120)
     assert "called" in done.stdout, done.stderr[-2000:]
     assert evo("search", "--experiment", "demo/experiment.toml", "--budget", "2", "--db", "again.db")
+
+
+@pytest.mark.nvcc
+def test_the_cuda_skeleton_builds_and_screens_at_every_knob_value(tmp_path, monkeypatch):
+    from fitness import BuildConfig, Builder, Status, screen
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["new-family", "softmax", "--device", "cuda"]) == 0
+    spec_lines = [line for line in (tmp_path / "softmax" / "spec.py").read_text().splitlines()
+                  if line.strip() and not line.startswith(("#", '"""', "    evo ", "own ("))]
+    assert len(spec_lines) <= 25  # the issue's bound on a CUDA kernel's Python
+    family = get_family("./softmax")
+    assert family.device == "cuda" and family.runtime.launch_dims("block", {"THREADS": 256}) == (256,)
+    builder = Builder(BuildConfig(tmp_path / "cache"))
+    values = {k.name: k.values for k in family.space.knobs}
+    genomes = {family.space.genome({**family.seed_genomes[0].as_dict(), name: value})
+               for name, domain in values.items() for value in domain}
+    for genome in genomes:
+        recipe = family.build_recipe(genome)
+        built = builder.build(genome.id, recipe)
+        assert built.status is Status.OK, (genome.as_dict(), built.message)
+        assert screen(built, recipe.output, family.screen_limits).status is Status.OK, genome.as_dict()
+
+
+def test_a_cuda_short_spec_checks_its_launch_expressions(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["new-family", "softmax", "--device", "cuda"]) == 0
+    spec = tmp_path / "softmax" / "spec.py"
+    spec.write_text(spec.read_text().replace('block="THREADS"', 'block="THREAD"'))
+    with pytest.raises(ValueError, match=r"family 'softmax', block: 'THREAD' names \['THREAD'\]: it may use the "
+                                         r"dimensions \['cols', 'rows'\] and the knobs in capitals"):
+        get_family("./softmax")
+
+
+@pytest.mark.gpu
+def test_the_cuda_skeleton_searched_exported_and_self_checked_on_the_gpu(tmp_path):
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
+    for args in (["new-family", "softmax", "--device", "cuda"], ["search", "--family", "./softmax", "--budget", "16"],
+                 ["export", "1", "--out", "op"]):
+        done = subprocess.run([sys.executable, "-m", "evo", *args], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode in (0, 3), (args, done.stdout[-3000:], done.stderr[-2000:])
+    done = subprocess.run([sys.executable, "selfcheck.py"], cwd=tmp_path / "op", env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0 and "self-check passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]

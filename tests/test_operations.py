@@ -370,3 +370,14 @@ def test_the_loop_asks_early_enough_to_keep_every_evaluator_busy():
     assert not pacing.wants_batch(building=8, queued=2, in_flight=17, evaluators=2, **ask)
     # a CPU family never compiles beside a timing: the first rule
     assert not pacing.wants_batch(building=8, queued=2, in_flight=12, evaluators=2, population=8, isolated=True)
+
+
+def test_a_confirmation_beside_the_anchor_asks_its_ratios_to_agree():
+    from fitness import GateRound
+    from fitness._gate import disagreement
+
+    targets = (("a", None),)
+    slowed = [GateRound(True, t, "", (("a", t),), (("a", 2 * t),)) for t in (1e-3, 1.4e-3, 1.1e-3)]
+    assert disagreement(slowed, targets) == ""  # the machine slowed both: the ratio held at 0.5
+    drifting = [GateRound(True, 1e-3, "", (("a", 1e-3),), (("a", a),)) for a in (2e-3, 1.5e-3)]
+    assert "kernel/anchor 0.500..0.667" in disagreement(drifting, targets)

@@ -93,6 +93,15 @@ def test_a_workload_search_resumes_with_its_board(ray_session, tmp_path):
     assert main(["search", "--family", "cpu_gemm", "--workload", "small", "--budget", "10", "--population", "5",
                  "--db", str(db), "--trials", "1"]) == 0
     before = rows(db, "SELECT COUNT(*) FROM shape_measurements")[0][0]
+    # a winner's confirmation that passed (as one does whenever a kernel beats the anchor) is not the target
+    from db import Database, Store, resolve_url
+    from fitness import GateResult, GateRound
+
+    store = Store(Database(resolve_url(str(db))).open())
+    (individual,), = rows(db, "SELECT id FROM individuals ORDER BY id LIMIT 1")
+    store.record_gate(1, individual, GateResult("g", None, True, (GateRound(True, 1e-3, "", (("m512_n512_k512", 1e-3),),
+                                                                            (("m512_n512_k512", 2e-3),)),),
+                                                "", (("m512_n512_k512", None),)))
     assert main(["search", "--resume", "1", "--budget", "18", "--db", str(db)]) == 0
     genomes = [g for g, in rows(db, "SELECT i.genome_id FROM evaluations e JOIN individuals i ON i.id = e.individual_id")]
     assert len(genomes) == 18 == len(set(genomes))

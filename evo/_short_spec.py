@@ -1,7 +1,8 @@
-"""The short spec of a C++ kernel family: a source whose knobs are macros, a function's arguments as
+"""The short spec of a kernel family: a source whose knobs are macros, the function's arguments as
 expressions of a shape's dimensions, the reference and the anchor as Python expressions over the inputs
-(named as the arguments; ``torch`` at hand). evo does the rest: build, load (ctypes), inputs, launch,
-and the export, with nothing written twice: the exported package runs this same description.
+(named as the arguments; ``torch`` at hand), and for CUDA the launch (grid, block, dynamic shared memory)
+as expressions of the dimensions and the knobs. evo does the rest: build, load, inputs, launch and the
+export, all through evo/_spec_runtime.py, which the exported package carries too (nothing written twice).
 
     FAMILY = CppKernel(
         name="add", source="add.cpp", function="evo_add",
@@ -10,6 +11,7 @@ and the export, with nothing written twice: the exported package runs this same 
         args=[Tensor("a", "n"), Tensor("b", "n"), Tensor("out", "n", output=True), Scalar("n")],
         reference="a + b", anchor="torch.add(a, b)",
     )
+    FAMILY = CudaKernel(..., grid="(n + BLOCK - 1) // BLOCK", block="BLOCK")   # extern "C" __global__
 
 Each knob reaches the source as a macro of its name in capitals (``-DUNROLL=4``; a Boolean as 0 or 1),
 also in ``#pragma`` lines. Definition errors are ``ValueError`` naming the family, the item and the fix.
@@ -18,23 +20,22 @@ also in ``#pragma`` lines. Definition errors are ``ValueError`` naming the famil
 from __future__ import annotations
 
 import ast
-import ctypes
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from evo._spec_runtime import CTYPES, SAFE_BUILTINS, SpecRuntime, knob_names
 from kernel_genome import Constraint, Space
 from seeds import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance
 
 CPP_FLAGS = ("-O3", "-march=native", "-std=c++17", "-fPIC", "-shared")
+NVCC_FLAGS = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17")  # Hopper (the H100)
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64")
-CTYPES = {"int": ctypes.c_int, "long": ctypes.c_long, "float": ctypes.c_float, "double": ctypes.c_double}
 TOLERANCES = {"float32": Tolerance(max_abs=1e-4, max_rel_l2=1e-5, rtol=1e-4),
               "float64": Tolerance(max_abs=1e-10, max_rel_l2=1e-12, rtol=1e-10),
               "float16": Tolerance(max_abs=1e-2, max_rel_l2=1e-3, rtol=1e-2),
               "bfloat16": Tolerance(max_abs=5e-2, max_rel_l2=1e-2, rtol=5e-2)}
-SAFE_BUILTINS = {"min": min, "max": max, "abs": abs}
 
 
 @dataclass(frozen=True)
@@ -46,9 +47,6 @@ class Tensor:
     shape: str
     dtype: str = "float32"
     output: bool = False
-
-    def sizes(self, dims: Mapping[str, int]) -> tuple[int, ...]:
-        return tuple(int(evaluate(part, dims)) for part in self.shape.split(","))
 
 
 @dataclass(frozen=True)
@@ -64,33 +62,33 @@ class Scalar:
         return self.value or self.name
 
 
-def evaluate(expression: str, names: Mapping[str, Any]) -> Any:
-    return eval(compile(expression.strip(), "<spec>", "eval"), {"__builtins__": SAFE_BUILTINS}, dict(names))
-
-
 def _names_in(expression: str) -> set[str]:
     """The free names an expression reads (attributes such as ``torch.add`` count as ``torch``)."""
     tree = ast.parse(expression.strip(), mode="eval")
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - set(SAFE_BUILTINS)
 
 
-class CppKernel(KernelFamily):
-    device = "cpu"
-    export_template = Path(__file__).with_name("_templates") / "cpp_kernel.py.in"  # one launcher for every spec
+class _ShortSpec(KernelFamily):
+    """What both short specs share; see CppKernel and CudaKernel."""
+
+    export_template = Path(__file__).with_name("_templates") / "short_spec.py.in"  # one launcher for every spec
+    export_files = (("evo_spec_runtime.py", Path(__file__).with_name("_spec_runtime.py")),)
+    compiler = "c++"
+    output_kind = "shared_library"
 
     def __init__(self, *, name: str, source: str | Path, function: str, knobs, shapes, args: Sequence[Tensor | Scalar],
                  reference: str, anchor: str, constraints: Mapping[str, str] | None = None,
                  seed: Mapping[str, Any] | None = None, description: str = "", tolerance: Tolerance | None = None,
-                 flags: Sequence[str] = CPP_FLAGS, timing: TimingPlan | None = None, workloads=(),
-                 anchor_name: str | None = None) -> None:
+                 flags: Sequence[str], timing: TimingPlan | None = None, workloads=(),
+                 anchor_name: str | None = None, launch: Mapping[str, str] | None = None) -> None:
         self.name, self.function, self.args = name, function, tuple(args)
-        self.description = description or f"{function} in C++"
-        here = Path(inspect.stack()[1].filename).resolve().parent  # the spec file's folder
-        self.source_path = (here / source).resolve()
+        self.description = description or f"{function}"
+        self.source_path = (_spec_folder() / source).resolve()
         self.flags = tuple(flags)
         self.shapes, self.workloads = tuple(shapes), tuple(workloads)
         self.reference_expression, self.anchor_expression = reference, anchor
         self.anchor_name = anchor_name or anchor
+        self.launch_expressions = dict(launch or {})
         if timing is not None:
             self.timing = timing
         rules = dict(constraints or {})
@@ -102,6 +100,7 @@ class CppKernel(KernelFamily):
         except ValueError as exc:
             raise self._error("seed", f"{exc}; give seed= a genome that meets every constraint") from None
         self.tolerance = tolerance or TOLERANCES.get(self.output.dtype, Tolerance(max_abs=0.0, max_rel_l2=0.0))
+        self.runtime = SpecRuntime(self.export_description())
 
     # -- the definition's checks ------------------------------------------------------------------
     def _error(self, item: str, text: str) -> ValueError:
@@ -110,12 +109,12 @@ class CppKernel(KernelFamily):
     def _check(self, knobs, rules: Mapping[str, str]) -> None:
         if not self.source_path.is_file():
             raise self._error("source", f"no file {self.source_path}; give its path relative to the spec file")
-        knob_names = {k.name for k in knobs}
+        knobs_by_name = {k.name for k in knobs}
         for rule, text in rules.items():
-            unknown = _names_in(text) - knob_names
+            unknown = _names_in(text) - knobs_by_name
             if unknown:
                 raise self._error(f"constraint {rule!r}", f"names {sorted(unknown)}, not knobs "
-                                                          f"(knobs: {sorted(knob_names)})")
+                                                          f"(knobs: {sorted(knobs_by_name)})")
         outputs = [a for a in self.args if isinstance(a, Tensor) and a.output]
         if len(outputs) != 1:
             raise self._error("args", f"{len(outputs)} tensors marked output=True; mark exactly one")
@@ -141,6 +140,10 @@ class CppKernel(KernelFamily):
         if not self.inferable_dims():
             raise self._error("args", "a dimension is no input tensor's plain size; the exported op could not "
                                       "infer it (give some input an axis of exactly that name)")
+        self._check_launch(knobs_by_name)
+
+    def _check_launch(self, knobs: set[str]) -> None:
+        """CUDA's launch expressions (nothing for C++)."""
 
     def inferable_dims(self) -> bool:
         """Whether every dimension is the plain size of some input tensor's axis (what the export reads)."""
@@ -153,61 +156,80 @@ class CppKernel(KernelFamily):
 
     # -- what evo calls -----------------------------------------------------------------------------
     def build_recipe(self, genome) -> BuildRecipe:
-        macros = tuple(f"-D{name.upper()}={int(v) if isinstance(v, bool) else v}" for name, v in genome.as_dict().items())
-        return BuildRecipe(self.source_path.read_text(), self.source_path.name, "c++", self.flags + macros,
-                           "shared_library")
+        macros = tuple(f"-D{name}={value}" for name, value in knob_names(genome.as_dict()).items())
+        return BuildRecipe(self.source_path.read_text(), self.source_path.name, self.compiler, self.flags + macros,
+                           self.output_kind)
 
     def make_inputs(self, shape: ProblemShape, generator) -> tuple:
-        return tuple(_random(a, dict(shape.dims), generator) for a in self.args if isinstance(a, Tensor) and not a.output)
+        return self.runtime.make_inputs(dict(shape.dims), generator)
 
     def make_output(self, shape: ProblemShape):
-        import torch
-
-        return torch.empty(self.output.sizes(dict(shape.dims)), dtype=getattr(torch, self.output.dtype))
+        return self.runtime.make_output(dict(shape.dims))
 
     def reference(self, shape: ProblemShape, inputs):
-        import torch
-
-        wide = [t.double() if t.is_floating_point() else t for t in inputs]
-        return evaluate(self.reference_expression, {**self._named(wide), "torch": torch})
+        return self.runtime.reference(inputs)
 
     def anchor(self, shape: ProblemShape, inputs):
-        import torch
-
-        return evaluate(self.anchor_expression, {**self._named(inputs), "torch": torch})
+        return self.runtime.anchor(inputs)
 
     def load(self, artifact: Path, genome):
-        function = getattr(ctypes.CDLL(str(artifact)), self.function)
-        function.argtypes = [ctypes.c_void_p if isinstance(a, Tensor) else CTYPES[a.ctype] for a in self.args]
-        function.restype = None
-        return function
+        return self.runtime.load(artifact), genome.as_dict()
 
     def launch(self, kernel, shape: ProblemShape, inputs, output) -> None:
-        tensors = iter(inputs)
-        kernel(*[output.data_ptr() if isinstance(a, Tensor) and a.output else next(tensors).data_ptr()
-                 if isinstance(a, Tensor) else evaluate(a.expression, dict(shape.dims)) for a in self.args])
-
-    def _named(self, inputs) -> dict:
-        return dict(zip([a.name for a in self.args if isinstance(a, Tensor) and not a.output], inputs))
+        function, knobs = kernel
+        self.runtime.launch(function, knobs, dict(shape.dims), inputs, output)
 
     def export_description(self) -> dict:
-        """What the exported package's generic launcher needs (evo/_templates/cpp_kernel.py.in)."""
-        return {"function": self.function, "output": self.output.name,
+        """The spec as plain data: what evo/_spec_runtime.py runs, here and in an exported package."""
+        return {"device": self.device, "function": self.function,
                 "args": [{"tensor": a.name, "shape": a.shape, "dtype": a.dtype, "output": a.output}
                          if isinstance(a, Tensor) else {"scalar": a.name, "value": a.expression, "ctype": a.ctype}
                          for a in self.args],
-                "reference": self.reference_expression, "anchor": self.anchor_expression}
+                "reference": self.reference_expression, "anchor": self.anchor_expression, **self.launch_expressions}
+
+
+class CppKernel(_ShortSpec):
+    """A C++ function ``extern "C" void function(args...)`` built into a shared library."""
+
+    device = "cpu"
+
+    def __init__(self, *, flags: Sequence[str] = CPP_FLAGS, **spec) -> None:
+        super().__init__(flags=flags, **spec)
+
+
+class CudaKernel(_ShortSpec):
+    """A CUDA kernel ``extern "C" __global__ void function(args...)`` built into a cubin (sm_90a by
+    default) and launched through cuda.bindings: ``grid`` and ``block`` (up to three comma-separated
+    expressions) and ``shared_bytes`` (dynamic shared memory) read the dimensions and the knobs in capitals."""
+
+    device = "cuda"
+    compiler = "nvcc"
+    output_kind = "cubin"
+    export_files = _ShortSpec.export_files + (("evo_cuda.py", Path(__file__).resolve().parents[1] / "seeds" / "_cuda.py"),)
+
+    def __init__(self, *, grid: str, block: str, shared_bytes: str = "0", flags: Sequence[str] = NVCC_FLAGS,
+                 **spec) -> None:
+        super().__init__(flags=flags, launch={"grid": grid, "block": block, "shared_bytes": shared_bytes}, **spec)
+
+    def _check_launch(self, knobs: set[str]) -> None:
+        capitals = {k.upper() for k in knobs}
+        for key, text in self.launch_expressions.items():
+            for s in self.shapes:
+                unknown = set().union(*(_names_in(p) for p in text.split(","))) - capitals - set(dict(s.dims))
+                if unknown:
+                    raise self._error(key, f"{text!r} names {sorted(unknown)}: it may use the dimensions "
+                                           f"{sorted(dict(s.dims))} and the knobs in capitals {sorted(capitals)}")
+        if len(self.launch_expressions["grid"].split(",")) > 3 or len(self.launch_expressions["block"].split(",")) > 3:
+            raise self._error("launch", "grid and block take at most three comma-separated expressions")
+
+
+def _spec_folder() -> Path:
+    """The folder of the file that made the spec (the first caller outside this module)."""
+    for frame in inspect.stack()[1:]:
+        if Path(frame.filename).resolve() != Path(__file__).resolve():
+            return Path(frame.filename).resolve().parent
+    return Path.cwd()
 
 
 def _predicate(text: str):
     return lambda values: bool(evaluate(text, values))
-
-
-def _random(tensor: Tensor, dims: Mapping[str, int], generator):
-    import torch
-
-    dtype = getattr(torch, tensor.dtype)
-    sizes = tensor.sizes(dims)
-    if dtype.is_floating_point:
-        return torch.randn(sizes, generator=generator, dtype=torch.float32).to(dtype)
-    return torch.randint(-100, 100, sizes, generator=generator, dtype=dtype)

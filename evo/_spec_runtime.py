@@ -1,0 +1,133 @@
+"""What a short-spec family does at run time — inputs, output, reference, anchor, loading and launching
+the kernel — from the spec's plain description (a dict of JSON types). Standalone (torch, ctypes, and for
+CUDA seeds/_cuda.py, shipped as evo_cuda.py), so that evo's evaluators and an exported package run the
+same code: `evo export` copies this file beside the op's module as evo_spec_runtime.py.
+
+The description: {"device": "cpu" | "cuda", "function": name, "args": [{"tensor": name, "shape": "m, k",
+"dtype": ..., "output": bool} | {"scalar": name, "value": expression, "ctype": ...}], "reference": expression,
+"anchor": expression, and for CUDA "grid", "block" (expressions, comma-separated up to 3) and "shared_bytes"}.
+Expressions read the shape's dimensions, and for CUDA's launch also the genome's knobs (in capitals, as
+the source sees them as macros).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Mapping
+
+CTYPES = {"int": ctypes.c_int, "long": ctypes.c_long, "float": ctypes.c_float, "double": ctypes.c_double}
+SAFE_BUILTINS = {"min": min, "max": max, "abs": abs}
+CUDA_DEFAULT_SHARED = 48 * 1024  # dynamic shared memory a kernel may use without asking
+
+
+def evaluate(expression: str, names: Mapping[str, Any]) -> Any:
+    return eval(compile(str(expression).strip(), "<spec>", "eval"), {"__builtins__": SAFE_BUILTINS}, dict(names))
+
+
+def knob_names(genome: Mapping[str, Any]) -> dict[str, Any]:
+    """The knobs as the source and the launch expressions see them: capitals, Booleans as 0 or 1."""
+    return {name.upper(): int(value) if isinstance(value, bool) else value for name, value in genome.items()}
+
+
+class SpecRuntime:
+    def __init__(self, spec: Mapping[str, Any]) -> None:
+        self.spec = dict(spec)
+        self.device = self.spec.get("device", "cpu")
+        self.inputs = [a for a in self.spec["args"] if "tensor" in a and not a.get("output")]
+        self.output = next(a for a in self.spec["args"] if a.get("output"))
+
+    # -- shapes ---------------------------------------------------------------------------------
+    def sizes(self, arg: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[int, ...]:
+        return tuple(int(evaluate(part, dims)) for part in arg["shape"].split(","))
+
+    def dims_of(self, inputs) -> dict[str, int]:
+        """The dimensions, read off the inputs (each an axis of exactly that name), the inputs checked."""
+        import torch
+
+        if len(inputs) != len(self.inputs):
+            raise ValueError(f"{len(inputs)} inputs given; the op takes {[a['tensor'] for a in self.inputs]}")
+        dims: dict[str, int] = {}
+        for arg, tensor in zip(self.inputs, inputs):
+            parts = [p.strip() for p in arg["shape"].split(",")]
+            if tensor.dtype != getattr(torch, arg["dtype"]) or tensor.device.type != self.device \
+                    or tensor.dim() != len(parts):
+                raise ValueError(f"{arg['tensor']} must be a {len(parts)}-D {arg['dtype']} tensor on {self.device}, "
+                                 f"got {tensor.dtype} {tuple(tensor.shape)} on {tensor.device}")
+            for part, size in zip(parts, tensor.shape):
+                if part.isidentifier():
+                    dims.setdefault(part, int(size))
+        for arg, tensor in zip(self.inputs, inputs):
+            if self.sizes(arg, dims) != tuple(tensor.shape):
+                raise ValueError(f"{arg['tensor']} is {tuple(tensor.shape)}; with {dims} it must be "
+                                 f"{self.sizes(arg, dims)}")
+        return dims
+
+    # -- data -----------------------------------------------------------------------------------
+    def make_inputs(self, dims: Mapping[str, int], generator) -> tuple:
+        import torch
+
+        made = []
+        for arg in self.inputs:
+            dtype, sizes = getattr(torch, arg["dtype"]), self.sizes(arg, dims)
+            if dtype.is_floating_point:
+                made.append(torch.randn(sizes, generator=generator, dtype=torch.float32, device=generator.device)
+                            .to(dtype))
+            else:
+                made.append(torch.randint(-100, 100, sizes, generator=generator, dtype=dtype, device=generator.device))
+        return tuple(made)
+
+    def make_output(self, dims: Mapping[str, int]):
+        import torch
+
+        return torch.empty(self.sizes(self.output, dims), dtype=getattr(torch, self.output["dtype"]), device=self.device)
+
+    def named(self, inputs) -> dict:
+        return {arg["tensor"]: tensor for arg, tensor in zip(self.inputs, inputs)}
+
+    def reference(self, inputs):
+        import torch
+
+        wide = [t.double() if t.is_floating_point() else t for t in inputs]
+        return evaluate(self.spec["reference"], {**self.named(wide), "torch": torch})
+
+    def anchor(self, inputs):
+        import torch
+
+        return evaluate(self.spec["anchor"], {**self.named(inputs), "torch": torch})
+
+    # -- the kernel -----------------------------------------------------------------------------
+    def load(self, artifact) -> Any:
+        """The kernel in a built artifact (a shared library's function, or a cubin's kernel)."""
+        if self.device == "cpu":
+            function = getattr(ctypes.CDLL(str(artifact)), self.spec["function"])
+            function.argtypes = [ctypes.c_void_p if "tensor" in a else CTYPES[a["ctype"]] for a in self.spec["args"]]
+            function.restype = None
+            return function
+        try:
+            from seeds._cuda import CudaModule
+        except ImportError:  # an exported package: seeds/_cuda.py beside it as evo_cuda.py
+            from evo_cuda import CudaModule
+        module = CudaModule(artifact)
+        return module.kernel(self.spec["function"])
+
+    def launch(self, kernel, genome: Mapping[str, Any], dims: Mapping[str, int], inputs, out) -> None:
+        """The kernel on ``inputs`` into ``out``, for ``genome``'s knobs (CUDA: its grid, block, shared bytes)."""
+        tensors = iter(inputs)
+        values = []
+        for arg in self.spec["args"]:
+            if "tensor" in arg:
+                values.append(ctypes.c_void_p((out if arg.get("output") else next(tensors)).data_ptr()))
+            else:
+                values.append(CTYPES[arg["ctype"]](evaluate(arg["value"], dims)))
+        if self.device == "cpu":
+            kernel(*values)
+            return
+        names = {**dims, **knob_names(genome)}
+        shared = int(evaluate(self.spec.get("shared_bytes", "0"), names))
+        if shared > CUDA_DEFAULT_SHARED and getattr(kernel, "_evo_shared", 0) < shared:
+            kernel.set_max_dynamic_shared(shared)
+            kernel._evo_shared = shared
+        kernel.launch(self.launch_dims("grid", names), self.launch_dims("block", names), values, shared)
+
+    def launch_dims(self, key: str, names: Mapping[str, Any]) -> tuple[int, ...]:
+        return tuple(int(evaluate(part, names)) for part in str(self.spec[key]).split(","))
