@@ -121,6 +121,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_parser("families", help="the kernel families and their knobs: built-in, installed, folders here")
 
+    replay = commands.add_parser("replay", help="run strategies against recorded measurements (a Kernel Tuner cache "
+                                 "file, or an evo run), without a GPU: evaluations to within 1%% and 5%% of the best")
+    replay.add_argument("source", nargs="?", help="a Kernel Tuner cache file (.json or .json.gz)")
+    replay.add_argument("--run", type=_positive_int, help="instead: replay against this run's evaluations (--db)")
+    replay.add_argument("--strategies", default="evolution,random,optuna", help="comma-separated (default: all)")
+    replay.add_argument("--seeds", type=_positive_int, default=30, help="runs per strategy (default 30)")
+    replay.add_argument("--budget", type=_positive_int, default=400, help="evaluations per run (default 400)")
+    replay.add_argument("--population", type=_positive_int, default=8)
+    replay.add_argument("--mode", default="loop", help="loop (as the search loop asks: a batch ahead) or sync")
+    replay.add_argument("--db", help=db_help)
+
     new_family = commands.add_parser("new-family", help="write a working family folder to start from (kernel, "
                                      "short spec, experiment file) in the current directory")
     new_family.add_argument("name", help="the family's name, a C identifier (also the folder's)")

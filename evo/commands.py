@@ -22,7 +22,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> int:
 
     handlers = {"search": cmd_search, "runs": cmd_runs, "show": cmd_show, "lineage": cmd_lineage,
                 "export": cmd_export, "families": cmd_families, "doctor": cmd_doctor, "db": cmd_db,
-                "new-family": cmd_new_family}
+                "new-family": cmd_new_family, "replay": cmd_replay}
     return handlers[args.command](args, console)
 
 
@@ -302,6 +302,43 @@ def cmd_new_family(args, console: Console) -> int:
         raise BadInput(str(exc)) from None
     console.print(f"wrote {', '.join(str(p.relative_to(Path.cwd())) for p in written)}; try: evo search --family "
                   f"./{args.name} --budget 8", highlight=False, soft_wrap=True)
+    return 0
+
+
+def cmd_replay(args, console: Console) -> int:
+    from evo.replay import MODES, kernel_tuner_space, store_space, summarize, table_rows
+    from evo.strategies import STRATEGIES
+    from seeds import get_family
+
+    if (args.source is None) == (args.run is None):
+        raise BadInput("replay needs a Kernel Tuner cache file or --run N (one of the two)")
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    unknown = sorted(set(strategies) - set(STRATEGIES))
+    if not strategies or unknown:
+        raise BadInput(f"--strategies: unknown {unknown or 'none given'}; choose from {sorted(STRATEGIES)}")
+    if args.mode not in MODES:
+        raise BadInput(f"--mode {args.mode!r}: one of {list(MODES)}")
+    try:
+        if args.run is not None:
+            store = _open(_database(args, must_exist=True), create=False, writes=False)
+            run = store.get_run(args.run)
+            if run is None:
+                raise ValueError(f"run {args.run} does not exist")
+            recorded = store_space(store, args.run, get_family(run.family))
+        else:
+            recorded = kernel_tuner_space(args.source)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    summaries = [summarize(recorded, name, seeds=range(args.seeds), budget=args.budget, population=args.population,
+                           mode=args.mode) for name in strategies]
+    header, rows = table_rows(summaries)
+    table = Table(title=f"replay on {recorded.name}: {len(recorded.times)} recorded configurations, best "
+                        f"{format_seconds(recorded.best_s) if args.run else f'{recorded.best_s:.4g}'}")
+    for column in header:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
     return 0
 
 

@@ -25,6 +25,7 @@ from fitness import (BuildConfig, EvalConfig, EvalResult, Target, default_cache_
 from fitness.workers import Finished, Pipeline, PipelineConfig
 from kernel_genome import Genome
 from seeds import KernelFamily, get_family, parse_workload
+from seeds._registry import family_folder
 
 EXIT_TARGET_REACHED = 0  # also: the budget ran out and no target had been set
 EXIT_BUDGET_EXHAUSTED = 3
@@ -115,7 +116,7 @@ class Search:
     def start(self) -> SearchOutcome:
         """A new run. Ray is joined (or started) first: an address that cannot be joined raises
         RayUnavailable (a ValueError) before anything is written."""
-        release_ray = start_ray(self.ray_address)
+        release_ray = start_ray(self.ray_address, family_folder(self.family))
         try:
             run_id = self.store.create_run(family=self.family.reference_key, strategy=self.config.strategy,
                                            target=self.config.target, seed=self.config.seed,
@@ -157,7 +158,7 @@ class Search:
         self.state.submitted = len(finished)
         run = self.store.get_run(run_id)
         self.state.target_s = run.target_seconds
-        release_ray = start_ray(self.ray_address)  # before the run is marked running again
+        release_ray = start_ray(self.ray_address, family_folder(self.family))  # before the run is marked running again
         self.store.update_run(run_id, status="running", message=None)
         return self._loop(run_id, pending, resumed=True, release_ray=release_ray)
 

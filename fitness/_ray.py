@@ -11,6 +11,7 @@ import socket
 import sys
 import tempfile
 import threading
+from pathlib import Path
 from typing import Callable
 
 
@@ -70,10 +71,12 @@ def _stderr_held_back():
             os.close(saved)
 
 
-def start_ray(address: str | None) -> Callable[[], None]:
+def start_ray(address: str | None, ship: Path | None = None) -> Callable[[], None]:
     """Connect to ``address`` or start a local Ray instance; returns how to let go of it. An address
     that cannot be joined is a RayUnavailable. Ray's driver installs its own SIGTERM handler (which
-    exits at once); the one in place before (evo's: stop cleanly, as for Ctrl-C) is put back."""
+    exits at once); the one in place before (evo's: stop cleanly, as for Ctrl-C) is put back.
+    ``ship``: a family's folder, sent to a cluster's workers in Ray's runtime environment (importable
+    there by its name; seeds' registry finds it when the folder's path is not on that node)."""
     if address:
         check_ray_address(address)
         prepare_to_join()  # before Ray is imported: it reads its settings then
@@ -88,8 +91,9 @@ def start_ray(address: str | None) -> Callable[[], None]:
     previous = signal.getsignal(signal.SIGTERM) if main_thread else None
     try:
         if address:
+            runtime_env = {"py_modules": [str(ship)]} if ship is not None else None
             with _stderr_held_back():
-                ray.init(address=address, **common)
+                ray.init(address=address, runtime_env=runtime_env, **common)
         else:
             # address="local": a new instance of our own, even where `ray start` left a cluster on this machine
             ray.init(address="local", num_cpus=os.cpu_count() or 1, object_store_memory=256 * 1024 * 1024, **common)

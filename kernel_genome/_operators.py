@@ -43,7 +43,13 @@ class Offspring:
 
 
 def sample(space: Space, rng: random.Random, *, max_tries: int = 2000) -> Genome:
-    """A uniformly random valid genome (rejection sampling, then repair as a fallback)."""
+    """A uniformly random valid genome (rejection sampling, then repair as a fallback; a recorded
+    space's members drawn directly)."""
+    if space.members is not None:
+        valid = [g for g in space.members if space.is_valid(g)] if space.constraints else list(space.members)
+        if not valid:
+            raise NoValidGenome("no listed member meets the constraints")
+        return rng.choice(valid)
     candidate = None
     for _ in range(max_tries):
         candidate = Genome.from_mapping({k.name: k.sample(rng) for k in space.knobs})
@@ -121,8 +127,9 @@ def repair(space: Space, genome: Genome, rng: random.Random, *, max_changed: int
             if space.is_valid(child):
                 return child
     best, best_distance = None, float("inf")
-    for _ in range(fallback_samples):
-        candidate = Genome.from_mapping({k.name: k.sample(rng) for k in knobs})
+    pool = (space.members if space.members is not None else
+            (Genome.from_mapping({k.name: k.sample(rng) for k in knobs}) for _ in range(fallback_samples)))
+    for candidate in pool:  # a recorded space: the nearest of its members
         if space.is_valid(candidate):
             d = space.distance(genome, candidate)
             if d < best_distance:

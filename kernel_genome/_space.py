@@ -36,7 +36,9 @@ class Space:
     """
 
     def __init__(self, knobs: list[Knob] | tuple[Knob, ...], constraints=(),
-                 added_later: Mapping[str, KnobValue] | None = None) -> None:
+                 added_later: Mapping[str, KnobValue] | None = None, members=None) -> None:
+        """``members``: where only some listed settings exist (the configurations a table of measurements
+        holds), those settings; every other genome is invalid, and sampling draws from them."""
         names = [k.name for k in knobs]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -46,6 +48,18 @@ class Space:
         self._knobs: dict[str, Knob] = {k.name: k for k in sorted(knobs, key=lambda k: k.name)}
         self._constraints: tuple[Constraint, ...] = tuple(constraints)
         self._added_later = {name: self.knob(name).validate(value) for name, value in (added_later or {}).items()}
+        self._members: tuple[Genome, ...] | None = None
+        self._member_ids: frozenset[str] = frozenset()
+        if members is not None:
+            self._members = tuple(self.genome(values) for values in members)
+            self._member_ids = frozenset(g.id for g in self._members)
+            if not self._members:
+                raise ValueError("a space of listed members needs at least one")
+
+    @property
+    def members(self) -> tuple[Genome, ...] | None:
+        """The listed settings of a recorded space, or None where every knob combination exists."""
+        return self._members
 
     @property
     def knobs(self) -> tuple[Knob, ...]:
@@ -66,7 +80,9 @@ class Space:
             raise ValueError(f"unknown knob {name!r}; known knobs: {list(self._knobs)}") from None
 
     def size(self) -> int:
-        """Number of knob combinations before constraints."""
+        """Number of knob combinations before constraints (a recorded space: its members)."""
+        if self._members is not None:
+            return len(self._members)
         return math.prod(len(k.values) for k in self._knobs.values())
 
     def genome(self, values: Mapping[str, Any]) -> Genome:
@@ -97,6 +113,8 @@ class Space:
         """Messages naming each violated constraint (empty when the genome is valid)."""
         values = genome.as_dict()
         out = []
+        if self._members is not None and genome.id not in self._member_ids:
+            out.append("not one of the space's listed members (no measurement of it)")
         for c in self._constraints:
             try:
                 ok = c.holds(values)
@@ -122,6 +140,9 @@ class Space:
 
     def enumerate(self) -> Iterator[Genome]:
         """Every valid genome (use only on small spaces)."""
+        if self._members is not None:
+            yield from (g for g in self._members if self.is_valid(g))
+            return
         names = list(self._knobs)
         for combo in itertools.product(*(self._knobs[n].values for n in names)):
             genome = Genome.from_mapping(dict(zip(names, combo)))

@@ -132,6 +132,8 @@ def _from_path(reference: str) -> tuple[object, str]:
     working directory may differ, passes back to ``get_family``)."""
     location, attribute = _split_attribute(reference)
     path = Path(location).expanduser().resolve()
+    if not path.exists() and (shipped := _shipped(path)) is not None:
+        path = shipped  # a Ray worker on another node: the folder came in the runtime environment
     spec_file = path / SPEC_FILE if path.is_dir() else path
     if not spec_file.is_file():
         what = f"no {SPEC_FILE} in the folder" if path.is_dir() else "no such file or folder"
@@ -165,3 +167,26 @@ def _where(exc: BaseException, spec_file: Path) -> str:
 
     lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == spec_file]
     return f" line {lines[-1]}" if lines else ""
+
+
+def family_folder(family: KernelFamily) -> Path | None:
+    """The folder of a family found by a folder's path (what a cluster's workers are sent), else None."""
+    reference = family.reference_key.rpartition("@")[0] if "@" in family.reference_key else family.reference_key
+    if not is_path_reference(reference):
+        return None
+    location, _ = _split_attribute(reference)
+    path = Path(location)
+    folder = path if path.is_dir() else path.parent if path.name == SPEC_FILE else None
+    return folder if folder is not None and folder.name.isidentifier() else None
+
+
+def _shipped(path: Path) -> Path | None:
+    """The copy of a family folder that Ray's runtime environment put on this node's import path."""
+    name = path.name if path.name != SPEC_FILE else path.parent.name
+    if not name.isidentifier():
+        return None
+    for entry in sys.path:
+        candidate = Path(entry) / name
+        if (candidate / SPEC_FILE).is_file():
+            return candidate
+    return None

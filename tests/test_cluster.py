@@ -108,6 +108,13 @@ def test_two_searches_share_a_cluster_of_two_nodes_and_a_postgresql_store(databa
                 _reap(process)
         logs = [(tmp_path / f"search{seed}.log").read_text()[-2000:] for seed in range(2)]
         assert codes == [0, 0], logs
+        # a family from outside the repository, its folder sent to the workers in Ray's runtime environment
+        for args in (["new-family", "outside"], ["search", "--family", "./outside", "--budget", "4", "--trials", "1",
+                                                 "--ray-address", address, "--db", "outside.db"]):
+            done = subprocess.run([sys.executable, "-m", "evo", *args], cwd=tmp_path, capture_output=True, text=True,
+                                  timeout=300, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+            assert done.returncode == 0, (args, done.stdout[-2000:], done.stderr[-2000:])
+        assert rows(tmp_path / "outside.db", "SELECT COUNT(*) FROM evaluations WHERE status = 'ok'") == [(4,)]
         # a search without --ray-address starts a Ray of its own, even with a `ray start` cluster here
         with open(tmp_path / "local.log", "w") as log:
             local = _spawn(["search", "--family", "cpu_gemm", "--budget", "2", "--trials", "1",

@@ -278,3 +278,18 @@ def test_the_cuda_skeleton_searched_exported_and_self_checked_on_the_gpu(tmp_pat
     done = subprocess.run([sys.executable, "selfcheck.py"], cwd=tmp_path / "op", env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0 and "self-check passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+def test_a_family_folder_sent_to_another_node_is_found_in_its_runtime_environment(tmp_path, monkeypatch):
+    """On a cluster's other machines the driver's path does not exist: Ray's runtime environment puts the
+    folder on the worker's import path (py_modules), and the registry loads that copy."""
+    from seeds._registry import family_folder
+
+    shipped = tmp_path / "ray_runtime_resources"
+    shipped.mkdir()
+    demo_folder(shipped)
+    monkeypatch.syspath_prepend(str(shipped))
+    family = get_family("/a/path/only/the/driver/has/demo")
+    assert family.name == "demo" and "evo_add" in family.build_recipe(family.seed_genomes[0]).source
+    assert family_folder(family) == shipped / "demo"
+    assert family_folder(get_family("cpu_gemm")) is None

@@ -156,3 +156,18 @@ def test_malformed_genomes_only_raise_value_error(values):
         SPACE.genome(values)
     except ValueError:
         pass
+
+
+def test_a_recorded_space_holds_only_its_members_and_samples_from_them():
+    import random
+
+    from kernel_genome import Choice, Space, mutate, sample
+
+    members = [{"a": 1, "b": "x"}, {"a": 4, "b": "y"}, {"a": 8, "b": "x"}]
+    space = Space([Choice("a", (1, 2, 4, 8), ordered=True), Choice("b", ("x", "y"))], members=members)
+    assert space.size() == 3 and [g.as_dict() for g in space.enumerate()] == [space.genome(m).as_dict() for m in members]
+    assert not space.is_valid(space.genome({"a": 2, "b": "x"}))
+    rng = random.Random(0)
+    assert {sample(space, rng).as_dict()["a"] for _ in range(50)} == {1, 4, 8}
+    child = mutate(space, space.genome(members[0]), rng).genome
+    assert space.is_valid(child)  # repaired to the nearest member where the move leaves them
