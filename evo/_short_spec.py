@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from evo._spec_runtime import CTYPES, SAFE_BUILTINS, SpecRuntime, knob_names
+from evo._spec_runtime import CTYPES, SAFE_BUILTINS, SpecRuntime, evaluate, knob_names
 from kernel_genome import Constraint, Space
 from seeds import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance
 

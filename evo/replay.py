@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
