@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Union
 
 KnobValue = Union[bool, int, float, str]
@@ -32,19 +33,22 @@ class Knob:
         if len(set(map(_type_tagged, self.values))) != len(self.values):
             raise ValueError(f"knob {self.name!r} has duplicate values: {self.values!r}")
 
+    @cached_property
+    def _positions(self) -> dict[tuple[str, Any], int]:
+        """Each value's type-tagged form -> its position (computed once: genomes are compared often)."""
+        return {_type_tagged(v): i for i, v in enumerate(self.values)}
+
     def validate(self, value: Any) -> KnobValue:
         """Return ``value`` if it is in the domain, else raise ``ValueError`` naming the knob."""
-        tagged = _type_tagged(value)
-        for candidate in self.values:
-            if _type_tagged(candidate) == tagged:
-                return candidate
-        raise ValueError(
-            f"knob {self.name!r}: value {value!r} is outside its domain {list(self.values)!r}"
-        )
+        return self.values[self.index(value)]
 
     def index(self, value: KnobValue) -> int:
-        tagged = _type_tagged(self.validate(value))
-        return [_type_tagged(v) for v in self.values].index(tagged)
+        try:
+            return self._positions[_type_tagged(value)]
+        except (KeyError, TypeError):  # outside the domain, or a value that cannot be one (unhashable)
+            raise ValueError(
+                f"knob {self.name!r}: value {value!r} is outside its domain {list(self.values)!r}"
+            ) from None
 
     def neighbours(self, value: KnobValue) -> tuple[KnobValue, ...]:
         """Values one step away: adjacent positions for ordered knobs, all others otherwise."""

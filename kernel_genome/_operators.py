@@ -46,7 +46,7 @@ def sample(space: Space, rng: random.Random, *, max_tries: int = 2000) -> Genome
     """A uniformly random valid genome (rejection sampling, then repair as a fallback; a recorded
     space's members drawn directly)."""
     if space.members is not None:
-        valid = [g for g in space.members if space.is_valid(g)] if space.constraints else list(space.members)
+        valid = space.valid_members()
         if not valid:
             raise NoValidGenome("no listed member meets the constraints")
         return rng.choice(valid)
@@ -110,6 +110,8 @@ def repair(space: Space, genome: Genome, rng: random.Random, *, max_changed: int
     """
     if space.is_valid(genome):
         return genome
+    if space.members is not None:  # a recorded space: the nearest of its members, directly
+        return min(space.valid_members(), key=lambda g: (space.distance(genome, g), rng.random()), default=None)
     values = genome.as_dict()
     knobs = space.knobs
     for size in range(1, min(max_changed, len(knobs)) + 1):
@@ -127,9 +129,8 @@ def repair(space: Space, genome: Genome, rng: random.Random, *, max_changed: int
             if space.is_valid(child):
                 return child
     best, best_distance = None, float("inf")
-    pool = (space.members if space.members is not None else
-            (Genome.from_mapping({k.name: k.sample(rng) for k in knobs}) for _ in range(fallback_samples)))
-    for candidate in pool:  # a recorded space: the nearest of its members
+    for _ in range(fallback_samples):
+        candidate = Genome.from_mapping({k.name: k.sample(rng) for k in knobs})
         if space.is_valid(candidate):
             d = space.distance(genome, candidate)
             if d < best_distance:

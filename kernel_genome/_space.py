@@ -50,6 +50,7 @@ class Space:
         self._added_later = {name: self.knob(name).validate(value) for name, value in (added_later or {}).items()}
         self._members: tuple[Genome, ...] | None = None
         self._member_ids: frozenset[str] = frozenset()
+        self._valid_members: tuple[Genome, ...] | None = None
         if members is not None:
             self._members = tuple(self.genome(values) for values in members)
             self._member_ids = frozenset(g.id for g in self._members)
@@ -60,6 +61,12 @@ class Space:
     def members(self) -> tuple[Genome, ...] | None:
         """The listed settings of a recorded space, or None where every knob combination exists."""
         return self._members
+
+    def valid_members(self) -> tuple[Genome, ...]:
+        """The members that meet every constraint (computed once; empty where no members are listed)."""
+        if self._valid_members is None:
+            self._valid_members = tuple(g for g in self._members or () if not self._violated(g))
+        return self._valid_members
 
     @property
     def knobs(self) -> tuple[Knob, ...]:
@@ -111,10 +118,14 @@ class Space:
 
     def violations(self, genome: Genome) -> list[str]:
         """Messages naming each violated constraint (empty when the genome is valid)."""
-        values = genome.as_dict()
         out = []
         if self._members is not None and genome.id not in self._member_ids:
             out.append("not one of the space's listed members (no measurement of it)")
+        return out + self._violated(genome)
+
+    def _violated(self, genome: Genome) -> list[str]:
+        values = genome.as_dict()
+        out = []
         for c in self._constraints:
             try:
                 ok = c.holds(values)
@@ -141,7 +152,7 @@ class Space:
     def enumerate(self) -> Iterator[Genome]:
         """Every valid genome (use only on small spaces)."""
         if self._members is not None:
-            yield from (g for g in self._members if self.is_valid(g))
+            yield from self.valid_members()
             return
         names = list(self._knobs)
         for combo in itertools.product(*(self._knobs[n].values for n in names)):
