@@ -17,15 +17,9 @@ from pathlib import Path
 from rich.console import Console
 
 from db import Database, Store, resolve_url
+from evo.api import SilentReporter
 from evo.search import Search, SearchConfig
 from fitness import start_ray
-
-
-class _Quiet:
-    def started(self, *args): ...
-    def evaluated(self, *args): ...
-    def message(self, text): ...
-    def finished(self, outcome): ...
 
 
 def main() -> None:
@@ -49,7 +43,7 @@ def main() -> None:
                 config = SearchConfig(family=args.family, strategy=strategy, budget=args.budget,
                                       population=args.population, seed=repeat, trials=1)
                 started = time.monotonic()
-                outcome = Search(config, store, _Quiet()).start()
+                outcome = Search(config, store, SilentReporter()).start()
                 results.append((outcome.best_fitness_s, outcome.anchor_s, time.monotonic() - started))
             best = [r[0] for r in results]
             ratios = [r[1] / r[0] for r in results]

@@ -46,20 +46,25 @@ class SpecRuntime:
 
         if len(inputs) != len(self.inputs):
             raise ValueError(f"{len(inputs)} inputs given; the op takes {[a['tensor'] for a in self.inputs]}")
-        dims: dict[str, int] = {}
         for arg, tensor in zip(self.inputs, inputs):
-            parts = [p.strip() for p in arg["shape"].split(",")]
-            if tensor.dtype != getattr(torch, arg["dtype"]) or tensor.device.type != self.device \
-                    or tensor.dim() != len(parts):
-                raise ValueError(f"{arg['tensor']} must be a {len(parts)}-D {arg['dtype']} tensor on {self.device}, "
+            rank = len(arg["shape"].split(","))
+            if tensor.dtype != getattr(torch, arg["dtype"]) or tensor.device.type != self.device or tensor.dim() != rank:
+                raise ValueError(f"{arg['tensor']} must be a {rank}-D {arg['dtype']} tensor on {self.device}, "
                                  f"got {tensor.dtype} {tuple(tensor.shape)} on {tensor.device}")
-            for part, size in zip(parts, tensor.shape):
-                if part.isidentifier():
-                    dims.setdefault(part, int(size))
+        dims = self.read_dims(inputs)
         for arg, tensor in zip(self.inputs, inputs):
             if self.sizes(arg, dims) != tuple(tensor.shape):
                 raise ValueError(f"{arg['tensor']} is {tuple(tensor.shape)}; with {dims} it must be "
                                  f"{self.sizes(arg, dims)}")
+        return dims
+
+    def read_dims(self, inputs) -> dict[str, Any]:
+        """Each dimension from the first input axis of exactly that name (sizes unchecked)."""
+        dims: dict[str, Any] = {}
+        for arg, tensor in zip(self.inputs, inputs):
+            for part, size in zip(arg["shape"].split(","), tensor.shape):
+                if part.strip().isidentifier():
+                    dims.setdefault(part.strip(), size)
         return dims
 
     # -- data -----------------------------------------------------------------------------------

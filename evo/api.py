@@ -53,10 +53,12 @@ def open_store(database: Database, *, create: bool = True, writes: bool = True) 
     return Store(database)
 
 
-def new_search(family, *, workload=None, db=None, ray_address: str | None = None, reporter=None, **settings):
+def new_search(family, *, workload=None, workload_where: str = "the workload", db=None,
+               ray_address: str | None = None, reporter=None, **settings):
     """A ``Search`` ready to ``start()``: ``family`` a reference (name, path, ``module:ATTRIBUTE``) or a
-    family object loaded from one; ``workload`` a name, a TOML file, a ``[workload]`` table or a Workload;
-    ``settings`` the fields of ``SearchConfig`` (``time_budget`` may be a duration such as "10m")."""
+    family object loaded from one; ``workload`` a name, a TOML file, a ``[workload]`` table (its errors
+    say it is ``workload_where``'s) or a Workload; ``settings`` the fields of ``SearchConfig``
+    (``time_budget`` may be a duration such as "10m")."""
     from evo.search import Search
     from evo.strategies import make_strategy
     from seeds import KernelFamily, Workload, get_family, parse_workload, resolve_workload
@@ -68,20 +70,19 @@ def new_search(family, *, workload=None, db=None, ray_address: str | None = None
         family = family.reference_key
     if not isinstance(family, str):
         raise ValueError(f"family must be a reference (name, path, module:ATTRIBUTE) or a family, got {family!r}")
-    unknown = sorted(set(settings) - {f.name for f in dataclasses.fields(SearchConfig)} - {"time_budget"})
+    known = {f.name for f in dataclasses.fields(SearchConfig)} - {"family", "workload"}
+    unknown = sorted(set(settings) - known - {"time_budget"})
     if unknown:
-        raise ValueError(f"unknown search setting(s) {unknown}; known: "
-                         f"{sorted({f.name for f in dataclasses.fields(SearchConfig)} - {'family', 'workload'})}")
+        raise ValueError(f"unknown search setting(s) {unknown}; known: {sorted(known)}")
     if "time_budget" in settings:
-        budget = settings.pop("time_budget")
-        settings["time_budget_s"] = parse_duration(budget, "time_budget") if isinstance(budget, str) else budget
+        settings["time_budget_s"] = _seconds(settings.pop("time_budget"))
     config = SearchConfig(family=family, **settings)
     family = get_family(config.family_reference)
     if workload is not None:
         if isinstance(workload, str):
             workload = resolve_workload(family, workload)
         elif not isinstance(workload, Workload):
-            workload = parse_workload(family, workload, "the workload")
+            workload = parse_workload(family, workload, workload_where)
         config = dataclasses.replace(config, workload=workload.to_dict())
     make_strategy(config.strategy, family.space, seed=config.seed, population=config.population,
                   options=config.strategy_options)
@@ -107,8 +108,7 @@ def resumed_search(run_id: int, *, db=None, ray_address: str | None = None, repo
     if budget is not None:
         limits["budget"] = budget
     if time_budget is not None:
-        limits["time_budget_s"] = parse_duration(time_budget, "time_budget") if isinstance(time_budget, str) \
-            else time_budget
+        limits["time_budget_s"] = _seconds(time_budget)
     refuse_a_run_that_cannot_go_on(run, limits)
     try:
         config = SearchConfig.from_dict({**dict(run.config), **limits})
@@ -134,6 +134,11 @@ def export_run(run_id: int, out: str | Path, *, individual: int | None = None, d
 
     store = open_store(database_at(db, must_exist=True), create=False, writes=False)
     return export_stored_run(store, run_id, individual, Path(out))
+
+
+def _seconds(duration: float | str) -> float:
+    """A time budget: seconds, or a duration such as "10m"."""
+    return parse_duration(duration, "time_budget") if isinstance(duration, str) else duration
 
 
 class SilentReporter:

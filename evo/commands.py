@@ -81,7 +81,6 @@ def cmd_search(args, console: Console) -> int:
         prepare_to_join()  # before anything imports Ray: it reads its settings then
     from evo.api import new_search, resumed_search
     from evo.progress import ConsoleReporter
-    from seeds import get_family
 
     settings, options = _search_settings(args)
     reporter = ConsoleReporter(console)
@@ -102,14 +101,11 @@ def cmd_search(args, console: Console) -> int:
     settings.setdefault("strategy", "evolution")
     if "sampler" in options and settings["strategy"] != "optuna":
         raise BadInput("--sampler applies to --strategy optuna only")
-    table = settings.pop("workload", None)
-    family = settings.pop("family")
+    table = settings.pop("workload", None)  # the experiment file's [workload]; --workload (a name or a file) wins
+    workload = args.workload if args.workload is not None else table
     try:
-        workload = None
-        if args.workload is not None or table is not None:
-            reference = family if settings.get("mission") is None else f"{family}@{settings['mission']}"
-            workload = _workload(args, get_family(reference), table)
-        search = new_search(family, workload=workload, db=args.db, ray_address=args.ray_address, reporter=reporter,
+        search = new_search(settings.pop("family"), workload=workload, workload_where=f"experiment file "
+                            f"{args.experiment!r}", db=args.db, ray_address=args.ray_address, reporter=reporter,
                             **settings)
     except ValueError as exc:
         raise BadInput(str(exc)) from None
@@ -132,15 +128,6 @@ def _run(search, go) -> int:
             raise Interrupted("interrupted before a run was written: nothing to resume") from None
         raise Interrupted(f"interrupted: run {search.run_id} is marked interrupted; continue it with "
                           f"`evo search --resume {search.run_id}`") from None
-
-
-def _workload(args, family, table):
-    """--workload (a built-in name or a TOML file), else the experiment file's [workload] table."""
-    from seeds import parse_workload, resolve_workload
-
-    if args.workload is not None:
-        return resolve_workload(family, args.workload)
-    return parse_workload(family, table, f"experiment file {args.experiment!r}")
 
 
 # -- reading the store ------------------------------------------------------------------------

@@ -64,25 +64,23 @@ def kernel_tuner_space(path: str | Path) -> RecordedSpace:
         recorded[point] = float(time) if isinstance(time, (int, float)) and time == time and time > 0 else None
     names = [k.name for k in knobs]
     space = Space(knobs, members=[dict(zip(names, point)) for point in recorded])  # absent ones are invalid
-    times = {space.genome(dict(zip(names, point))).id: time for point, time in recorded.items()}
+    times = {genome.id: time for genome, time in zip(space.members, recorded.values())}
     return RecordedSpace(path.name.split(".")[0], space, times)
 
 
 def store_space(store, run_id: int, family) -> RecordedSpace:
     """An evo run's evaluations as a recorded space over its family's knobs (other genomes invalid)."""
     times: dict[str, float | None] = {}
+    evaluated: dict[str, dict] = {}
     for entry in store.history(run_id):
         if entry.status is not None:
             genome = family.space.genome(entry.genome)
             times[genome.id] = entry.fitness_s if entry.status == "ok" else None
+            evaluated[genome.id] = genome.as_dict()
     if not any(t is not None for t in times.values()):
         raise ValueError(f"run {run_id} has no successful evaluation to replay against")
-    base = family.space
-    evaluated = {}
-    for entry in store.history(run_id):
-        if entry.status is not None:
-            evaluated[family.space.genome(entry.genome).id] = family.space.genome(entry.genome).as_dict()
-    space = Space(base.knobs, base.constraints, members=list(evaluated.values()))  # what was not evaluated is invalid
+    # what was not evaluated is invalid
+    space = Space(family.space.knobs, family.space.constraints, members=list(evaluated.values()))
     return RecordedSpace(f"run {run_id} ({family.name})", space, times)
 
 

@@ -81,7 +81,6 @@ def build_and_screen(family_ref: str, genome_json: str, config: BuildConfig) -> 
     return build, screen(build, recipe.output, family.screen_limits)
 
 
-
 class EvaluatorActor:
     """Lives in its own Ray worker process and owns one device for its whole life."""
 
@@ -147,8 +146,7 @@ class Pipeline:
         self._build_task = ray.remote(num_cpus=1, max_retries=1)(build_and_screen)
         resources = {"num_gpus": 1, "num_cpus": 1} if family.device == "cuda" else {"num_cpus": 1}
         self._actor_class = ray.remote(max_restarts=0, **resources)(EvaluatorActor)
-        self._building: dict = {}  # ObjectRef -> Genome
-        self._build_started: dict = {}  # ObjectRef -> when it was submitted
+        self._building: dict = {}  # ObjectRef -> (Genome, when its build was submitted)
         self.pacing = Pacing()
         self._unsubmitted: deque = deque()  # genomes whose build waits for the CPU to be free
         # On a CPU family, compiles and timings would share the cores: never run both at once.
@@ -270,8 +268,7 @@ class Pipeline:
         while self._unsubmitted:
             genome = self._unsubmitted.popleft()
             ref = self._build_task.remote(self.family.reference_key, genome.to_json(), self.config.build)
-            self._building[ref] = genome
-            self._build_started[ref] = time.monotonic()
+            self._building[ref] = genome, time.monotonic()
 
     def _step(self, wait_s: float) -> None:
         ray = self._ray
@@ -291,8 +288,8 @@ class Pipeline:
             return
         done, _ = self._ray.wait(list(self._building), num_returns=len(self._building), timeout=0)
         for ref in done:
-            genome = self._building.pop(ref)
-            self.pacing.built(time.monotonic() - self._build_started.pop(ref))
+            genome, submitted = self._building.pop(ref)
+            self.pacing.built(time.monotonic() - submitted)
             try:
                 build, screened = self._ray.get(ref)
             except Exception as exc:  # the worker died twice (retried once by Ray)

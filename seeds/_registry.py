@@ -131,7 +131,7 @@ def _from_path(reference: str) -> tuple[object, str]:
     """The object a path reference names, and the reference made absolute (what a Ray worker, whose
     working directory may differ, passes back to ``get_family``)."""
     location, attribute = _split_attribute(reference)
-    path = Path(location).expanduser().resolve()
+    path = Path(location)  # absolute already (see _absolute)
     if not path.exists() and (shipped := _shipped(path)) is not None:
         path = shipped  # a Ray worker on another node: the folder came in the runtime environment
     spec_file = path / SPEC_FILE if path.is_dir() else path
