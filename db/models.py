@@ -87,6 +87,8 @@ class Evaluation(Base):
     artifact_key: Mapped[str | None] = mapped_column(String(64))
     worker: Mapped[str] = mapped_column(String(200), default="")  # the host that verified and timed it
     build_node: Mapped[str | None] = mapped_column(String(200))  # the host/Ray node that compiled it
+    measurement_key: Mapped[str | None] = mapped_column(String(64), index=True)  # what the measurement depends on
+    reused_from: Mapped[int | None] = mapped_column(Integer)  # the evaluation whose measurement this one reuses
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     individual: Mapped[Individual] = relationship(back_populates="evaluation")

@@ -224,9 +224,11 @@ class Store:
             return [EvaluationRow(i.id, i.genome_id, i.genome, i.generation, i.origin, e.status, e.fitness_s,
                                   e.message, e.created_at) for i, e in rows]
 
-    def record_evaluation(self, individual_id: int, result: EvalResult, dims: dict | None = None) -> None:
+    def record_evaluation(self, individual_id: int, result: EvalResult, dims: dict | None = None, *,
+                          measurement_key: str | None = None) -> None:
         """The evaluation and, when it is ok, a measurement row for each shape it timed (``dims``: shape
-        name -> its dimensions, stored beside each)."""
+        name -> its dimensions, stored beside each). ``measurement_key``: what the measurement depends on
+        (db.memory)."""
         with self.database.session() as s:
             evaluation = Evaluation(
                 individual_id=individual_id, status=result.status.value, message=result.message,
@@ -236,7 +238,8 @@ class Store:
                 build_stats=to_jsonable(result.usage) if result.usage else None,
                 checks=to_jsonable(result.checks), timings=to_jsonable(result.timings),
                 anchor=to_jsonable(result.anchor), artifact_key=result.artifact_key, worker=result.worker,
-                build_node=result.built_on or None)
+                build_node=result.built_on or None, measurement_key=measurement_key,
+                reused_from=result.reused_from)
             s.add(evaluation)
             if result.status is not Status.OK or not result.timings:
                 return

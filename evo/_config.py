@@ -16,7 +16,7 @@ class SearchConfig:
 
     family: str
     mission: str | None = None  # the shape whose time is the fitness (default: the family's own mission shape)
-    strategy: str = "evolution"
+    strategy: str = "surrogate"  # evolution guided by a cost model: chosen by replay (docs/BENCHMARKS.md)
     strategy_options: dict = field(default_factory=dict)
     target: str | None = None
     budget: int | None = 100  # evaluations, seeds included
@@ -31,6 +31,8 @@ class SearchConfig:
     cache_dir: str | None = None
     gate_rounds: int = 10  # the hard gate: re-verify + re-time this many times before the target counts
     workload: dict | None = None  # a workload's shapes and weights (Workload.to_dict()): tune for all of them
+    reuse: bool = True  # take earlier runs' measurements of the same thing instead of measuring again
+    warm_start: bool = False  # start from the best genomes earlier runs of the family found
 
     def __post_init__(self) -> None:
         positive = {"population": self.population, "trials": self.trials,
@@ -49,8 +51,9 @@ class SearchConfig:
             Target.parse(self.target)
         if not isinstance(self.gate_rounds, int) or isinstance(self.gate_rounds, bool) or self.gate_rounds < 0:
             raise ValueError(f"gate_rounds must be a whole number >= 0, got {self.gate_rounds!r}")
-        if not isinstance(self.cold_cache, bool):
-            raise ValueError(f"cold_cache must be true or false, got {self.cold_cache!r}")
+        for name in ("cold_cache", "reuse", "warm_start"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
         if self.mission is not None:

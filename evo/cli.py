@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "--workload: at every shape)")
     search.add_argument("--budget", type=_positive_int, help="evaluations, seeds included (default 100)")
     search.add_argument("--time-budget", help="wall-clock limit: 90s, 10m, 1h")
-    search.add_argument("--strategy", help="evolution (default), random or optuna")
+    search.add_argument("--strategy", help="surrogate (default: evolution guided by a cost model), evolution, random or optuna")
     search.add_argument("--sampler", help="Optuna sampler for --strategy optuna: tpe (default), random, "
                                           "nsgaii, bruteforce")
     search.add_argument("--population", type=_positive_int, help="genomes per generation (default 8)")
@@ -88,6 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--cold-cache", action=argparse.BooleanOptionalAction, default=None,
                         help="time every run after flushing the GPU's L2 (the CPU's last-level) cache by reads, so that "
                         "operands come from memory as when weights are streamed (default: warm caches)")
+    search.add_argument("--reuse", action=argparse.BooleanOptionalAction, default=None,
+                        help="take earlier runs' measurements of the same kernel, shapes, timing and GPU model, "
+                        "driver and compiler from the database instead of measuring again (default: on; --no-reuse: "
+                        "measure everything)")
+    search.add_argument("--warm-start", action="store_true", default=None,
+                        help="start from the best genomes earlier runs of the family in this database found")
     search.add_argument("--gate-rounds", type=_int, help="hard gate before a target counts: re-verify and re-time "
                         "the kernel this many times, all within target (default 10; 0: off)")
     search.add_argument("--experiment", help="TOML experiment file (flags override its values)")

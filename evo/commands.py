@@ -12,6 +12,7 @@ from rich.table import Table
 from db import Database, SchemaError, Store
 from evo.api import database_at, open_store
 from evo.cli import BadInput, Interrupted
+from evo._config import SearchConfig
 from evo._views import gate_line, mission_anchor, run_dispatch_table, unsteady_at_fitness_shape
 from evo.experiment import load_experiment, parse_duration
 from fitness import format_seconds
@@ -45,7 +46,7 @@ def _open(database: Database, *, create: bool = True, writes: bool = True) -> St
 # -- search -------------------------------------------------------------------------------------
 FLAG_FIELDS = {"family": "family", "mission": "mission", "target": "target", "budget": "budget", "strategy": "strategy",
                "population": "population", "seed": "seed", "trials": "trials", "cold_cache": "cold_cache",
-               "gate_rounds": "gate_rounds"}
+               "gate_rounds": "gate_rounds", "reuse": "reuse", "warm_start": "warm_start"}
 RESUMABLE_OVERRIDES = {"budget", "time_budget"}
 WORKLOAD_FLAG = "workload"  # resolved once the family is known (a built-in workload's name or a TOML file)
 DEFAULT_FAMILY = "flashcore"  # the product's headline; experiments/flashcore.toml spells out its settings
@@ -98,7 +99,7 @@ def cmd_search(args, console: Console) -> int:
         reporter.budget = search.config.budget
         return _run(search, lambda: search.resume(args.resume))
     settings["strategy_options"] = options
-    settings.setdefault("strategy", "evolution")
+    settings.setdefault("strategy", SearchConfig.strategy)
     if "sampler" in options and settings["strategy"] != "optuna":
         raise BadInput("--sampler applies to --strategy optuna only")
     table = settings.pop("workload", None)  # the experiment file's [workload]; --workload (a name or a file) wins

@@ -3,7 +3,7 @@
     [search]
     family = "cpu_gemm"
     mission = "tall"            # the shape whose time is the fitness (default: the family's mission shape)
-    strategy = "evolution"      # evolution | random | optuna
+    strategy = "surrogate"      # surrogate (default) | evolution | random | optuna
     target = "0.8x"             # 40us, 2ms, 1.5s, or a ratio to the anchor: 0.5x
     budget = 40                 # evaluations, seeds included
     time_budget = "5m"          # 90s, 10m, 1h
@@ -15,6 +15,8 @@
     eval_timeout = "300s"       # the watchdog's hard cap on one candidate's verify + timing
     watchdog_factor = 20        # below the cap: this many times the evaluator's pass over the anchor
     gate_rounds = 10            # hard gate before a target counts: re-verify + re-time N times (0: off)
+    reuse = true                # take earlier runs' measurements of the same thing instead of measuring again
+    warm_start = false          # start from the best genomes earlier runs of the family found
 
     [strategy]                  # options of the chosen strategy, e.g. elite = 2, sampler = "tpe"
 
@@ -36,6 +38,7 @@ SEARCH_KEYS = {
     "family": str, "mission": str, "strategy": str, "target": str, "budget": int, "time_budget": (str, int, float),
     "population": int, "seed": int, "trials": int, "cold_cache": bool, "build_timeout": (str, int, float),
     "eval_timeout": (str, int, float), "watchdog_factor": (int, float), "cache_dir": str, "gate_rounds": int,
+    "reuse": bool, "warm_start": bool,
 }
 DURATION_KEYS = {"time_budget": "time_budget_s", "build_timeout": "build_timeout_s", "eval_timeout": "eval_timeout_s"}
 

@@ -65,7 +65,8 @@ class ConsoleReporter:
                                    + _best_line(state)))
             return
         outcome = format_seconds(result.fitness_s) if result.fitness_s is not None else result.status.value
-        self.console.print(f"[{done}] gen {generation} {genome.id} {outcome:>13}  " + _best_line(state),
+        reused = " (reused)" if result.reused_from is not None else ""
+        self.console.print(f"[{done}] gen {generation} {genome.id} {outcome:>13}{reused}  " + _best_line(state),
                            highlight=False, markup=False, soft_wrap=True)
 
     def message(self, text: str) -> None:
@@ -78,7 +79,8 @@ class ConsoleReporter:
         if outcome.dispatch is not None:
             self.console.print(dispatch_table_view(outcome.dispatch))
         table = Table(title=f"run {outcome.run_id}: {outcome.status.replace('_', ' ')}", show_header=False)
-        table.add_row("evaluations", f"{outcome.evaluations} ({status_counts(outcome.statuses) or 'none'})")
+        reused = f"; {outcome.reused} reused from earlier runs" if outcome.reused else ""
+        table.add_row("evaluations", f"{outcome.evaluations} ({status_counts(outcome.statuses) or 'none'}{reused})")
         if outcome.wall_s > 0 and outcome.evaluators:
             table.add_row("pace", f"{60 * outcome.evaluated_now / outcome.wall_s:.0f} evaluations a minute; "
                           f"{outcome.evaluators} evaluator(s), busy {outcome.busy:.0%} of the time")

@@ -17,6 +17,7 @@ from typing import Protocol
 from db import NewIndividual, ParentLink, Store
 from evo._config import SearchConfig
 from evo._heartbeat import Heartbeat
+from evo._reuse import RunMemory
 from evo._workload_run import WorkloadRun
 from evo.dispatch import DispatchTable
 from evo.strategies import Observation, Proposal, Strategy, make_strategy
@@ -52,6 +53,7 @@ class SearchOutcome:
     evaluators: int = 0  # evaluator processes (one per GPU, or one for a CPU family)
     evaluated_now: int = 0  # evaluations finished in this process
     busy: float | None = None  # the share of their time they spent evaluating (and gating)
+    reused: int = 0  # evaluations that reused an earlier run's measurement (no build, no GPU time)
 
 
 def status_counts(statuses: dict) -> str:
@@ -104,6 +106,8 @@ class Search:
                                                 population=config.population, options=config.strategy_options,
                                                 niches=self.shapes.niches if self.shapes else None)
         self.state = LoopState()
+        self.evaluation = EvalConfig(config.trials, config.cold_cache, self.workload)
+        self.memory = RunMemory(store, self.family, self.evaluation, reuse=config.reuse)
         self._individual_ids: dict[str, int] = {}
         self._generation_of: dict[str, int] = {}
         self._correct: list[tuple[float, Genome]] = []  # every correct kernel's (time, genome)
@@ -126,6 +130,10 @@ class Search:
             raise
         self.run_id = run_id
         seeds = [Proposal(g, "seed") for g in self.family.seed_genomes]
+        if self.config.warm_start:  # the best earlier runs of the family found start this one too
+            known = {p.genome.id for p in seeds}
+            seeds += [Proposal(g, "warm_start") for g in self.memory.starting_genomes(self.config.population, run_id)
+                      if g.id not in known]
         self._store_proposals(run_id, seeds, generation=0)
         self.strategy.add_seeds([p.genome for p in seeds])
         return self._loop(run_id, [p.genome for p in seeds], resumed=False, release_ray=release_ray)
@@ -175,7 +183,7 @@ class Search:
             self.reporter.started(run_id, self.family, self.config, resumed)
             pipeline = Pipeline(self.family, PipelineConfig(
                 BuildConfig(cache, self.config.build_timeout_s),
-                EvalConfig(self.config.trials, self.config.cold_cache, self.workload),
+                self.evaluation,
                 eval_timeout_s=self.config.eval_timeout_s, watchdog_factor=self.config.watchdog_factor),
                 plan_for=self.shapes.board.plan if self.shapes else None)
             self._submit(pipeline, first_batch)
@@ -202,7 +210,7 @@ class Search:
             release_ray()
         outcome = dataclasses.replace(self._outcome(run_id, status), dispatch=dispatch,
                                       evaluators=pipeline.evaluators if pipeline else 0,
-                                      evaluated_now=self.state.evaluated_now,
+                                      evaluated_now=self.state.evaluated_now, reused=self.memory.reused,
                                       busy=pipeline.busy_s / max(1e-9, pipeline.evaluators * (time.monotonic()
                                                                  - self.state.started)) if pipeline else None)
         self.store.update_run(run_id, status=status, message=_describe(outcome))
@@ -216,19 +224,22 @@ class Search:
             finished = pipeline.poll(0.5)
             for item in finished:
                 self._record(run_id, item, pipeline)
+            if pipeline.hardware and self.memory.waiting:
+                self._dispatch(pipeline, self.memory.know_hardware(pipeline.hardware))
             if stop_reason is None:
                 self._gate_best_qualifier(run_id, pipeline)
             strategy_dry = strategy_dry and not finished
             stop_reason = stop_reason or self._stop_reason()
             if stop_reason == "time_exhausted":
                 return stop_reason  # pending candidates stay unevaluated; --resume finishes them
-            wants_batch = pipeline.wants_batch(self.config.population)
+            wants_batch = not self.memory.waiting and pipeline.wants_batch(self.config.population)
             if stop_reason is None and wants_batch and not strategy_dry:
                 asked = self._ask_and_submit(run_id, pipeline, self._batch_size(), self.state.generation + 1)
                 strategy_dry = asked == 0
-            if stop_reason is None and strategy_dry and pipeline.in_flight == 0:
+            in_flight = pipeline.in_flight + len(self.memory.waiting)
+            if stop_reason is None and strategy_dry and in_flight == 0:
                 stop_reason = "space_exhausted"
-            if stop_reason is not None and pipeline.in_flight == 0:
+            if stop_reason is not None and in_flight == 0:
                 return stop_reason
 
     def _stop_reason(self) -> str | None:
@@ -306,15 +317,27 @@ class Search:
         self._generation_of.update({p.genome.id: generation for p in proposals})
 
     def _submit(self, pipeline: Pipeline, genomes: list[Genome]) -> None:
-        if genomes:
-            pipeline.submit(genomes)
-            self.state.submitted += len(genomes)
+        self.state.submitted += len(genomes)
+        self._dispatch(pipeline, genomes)
+
+    def _dispatch(self, pipeline: Pipeline, genomes: list[Genome]) -> None:
+        """To the pipeline what must be measured; what an earlier run measured is recorded from memory."""
+        if pipeline.hardware:
+            self.memory.know_hardware(pipeline.hardware)
+        reused, fresh = self.memory.split(genomes)
+        if fresh:
+            pipeline.submit(fresh)
+        for genome, result in reused:
+            self._record(self.run_id, Finished(genome, result), pipeline)
 
     def _record(self, run_id: int, item: Finished, pipeline: Pipeline) -> None:
         genome, result = item.genome, item.result
-        self.state.evaluated_now += 1
+        self.state.evaluated_now += result.reused_from is None
+        if pipeline.hardware:
+            self.memory.know_hardware(pipeline.hardware)
         self.store.record_evaluation(self._individual_ids[genome.id], result,
-                                     self.shapes.dims if self.shapes else {s.name: dict(s.dims) for s in self.family.shapes})
+                                     self.shapes.dims if self.shapes else {s.name: dict(s.dims) for s in self.family.shapes},
+                                     measurement_key=self.memory.key(genome))
         if self.state.anchor_s is None and pipeline.hardware.get("anchor"):
             self._set_anchor(run_id, pipeline.hardware)
         shape_times = self.shapes.observe(genome, result) if self.shapes else {}
@@ -362,7 +385,8 @@ class Search:
 
 
 def _describe(outcome: SearchOutcome) -> str:
-    text = (f"{outcome.evaluations} evaluations ({status_counts(outcome.statuses) or 'none'}); "
+    reused = f", {outcome.reused} reused from earlier runs" if outcome.reused else ""
+    text = (f"{outcome.evaluations} evaluations ({status_counts(outcome.statuses) or 'none'}{reused}); "
             f"best {format_seconds(outcome.best_fitness_s)}")
     if outcome.target_s is not None:
         text += f", target {format_seconds(outcome.target_s)}"

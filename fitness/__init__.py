@@ -1,5 +1,6 @@
 """fitness: build, screen, verify, benchmark and score candidates; Ray workers that run them."""
 
+from fitness._measurement import measurement_key
 from fitness._ray import RayUnavailable, check_ray_address, prepare_to_join, start_ray
 from fitness.build import BuildConfig, Builder, artifact_key, default_cache_dir
 from fitness.evaluate import EvalConfig, Evaluator, ShapePlan
@@ -42,6 +43,7 @@ __all__ = [
     "default_cache_dir",
     "format_seconds",
     "format_span",
+    "measurement_key",
     "parse_ptxas",
     "prepare_to_join",
     "screen",

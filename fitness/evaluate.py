@@ -94,6 +94,7 @@ class Evaluator:
         if self.family.device == "cuda":
             info["device"] = torch.cuda.get_device_name()
             info["cuda"] = torch.version.cuda
+            info["driver"] = _driver_version(torch)
         else:
             info["device"] = cpu_name()
             info["threads"] = torch.get_num_threads()
@@ -370,3 +371,15 @@ class Evaluator:
         return time_runs(lambda: self.family.launch(kernel, shape, inputs, output), self.family.device,
                          self.family.timing, shape.name, self.config.cold_cache, cutoff_s)
 
+
+def _driver_version(torch) -> str | None:
+    """The NVIDIA driver's version (its /proc line), else the CUDA driver API version torch reports."""
+    try:
+        line = Path("/proc/driver/nvidia/version").read_text().splitlines()[0]
+        return " ".join(word for word in line.split() if word[:1].isdigit() and "." in word)[:40] or line[:80]
+    except (OSError, IndexError):
+        pass
+    try:
+        return str(torch._C._cuda_getDriverVersion())
+    except Exception:  # noqa: BLE001 - a private call: absent in some builds
+        return None

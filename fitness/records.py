@@ -113,6 +113,7 @@ class EvalResult:
     artifact_key: str | None = None
     worker: str = ""  # the host that verified and timed it
     built_on: str = ""  # the host/Ray node that compiled it
+    reused_from: int | None = None  # the stored evaluation whose verdict this is (an earlier run measured it)
 
     def timing(self, shape: str) -> ShapeTiming | None:
         return next((t for t in self.timings if t.shape == shape), None)

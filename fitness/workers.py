@@ -200,7 +200,7 @@ class Pipeline:
         deadline = time.monotonic() + timeout_s
         while not self._finished:
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or self.in_flight == 0:
+            if remaining <= 0 or (self.in_flight == 0 and not self._timing_anchor()):
                 break
             self._step(min(remaining, 0.5))
         done, self._finished = self._finished, []
@@ -259,6 +259,9 @@ class Pipeline:
             self._ray.kill(slot.actor, no_restart=True)
 
     # -- the machinery ----------------------------------------------------------------------
+    def _timing_anchor(self) -> bool:
+        return any(s.anchor_ref is not None for s in self._slots)
+
     def _timing_now(self) -> bool:
         return any(s.anchor_ref is not None or s.job is not None for s in self._slots)
 
