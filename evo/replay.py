@@ -136,11 +136,11 @@ def summarize(recorded: RecordedSpace, strategy: str, *, seeds: Sequence[int], b
             hit = next((i + 1 for i, t in enumerate(told) if recorded.within(t, fraction)), None)
             counts.append(float("inf") if hit is None else float(hit))
     success = {b: sum(1 for n in needed[0.05] if n <= b) / len(seeds) for b in budgets if b <= budget}
-    return ReplaySummary(recorded.name, strategy, mode, len(seeds), _quartiles(needed[0.01]),
-                         _quartiles(needed[0.05]), success)
+    return ReplaySummary(recorded.name, strategy, mode, len(seeds), quartiles(needed[0.01]),
+                         quartiles(needed[0.05]), success)
 
 
-def _quartiles(values: list[float]) -> tuple[float, float, float]:
+def quartiles(values: list[float]) -> tuple[float, float, float]:
     """Nearest-rank quartiles (a run that never got there is inf, and sorts last)."""
     ordered = sorted(values)
     return tuple(ordered[round(q * (len(ordered) - 1))] for q in (0.25, 0.5, 0.75))

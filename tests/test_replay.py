@@ -40,7 +40,7 @@ def test_absent_configurations_are_invalid_and_every_strategy_finds_the_best_of_
     recorded = kernel_tuner_space(tiny_cache(tmp_path / "tiny.json.gz"))
     with pytest.raises(ValueError, match="not one of the space.s listed members"):
         recorded.space.check(recorded.space.genome({"block_x": 8, "tile_y": 64}))
-    for strategy in ("evolution", "random", "optuna"):
+    for strategy in ("surrogate", "evolution", "random", "optuna"):
         for mode in ("loop", "sync"):
             told = replay_once(recorded, strategy, seed=3, budget=11, population=4, mode=mode)
             assert len(told) == 11 and 10.0 in told and None in told, (strategy, mode)  # the whole space, once

@@ -92,7 +92,42 @@ def test_evolution_beats_random_search_on_a_smooth_objective():
     assert sum(1 for t in evolution if t <= optimum * 1.01) >= 4
 
 
-@pytest.mark.parametrize("name", ["evolution", "random"])
+def test_the_surrogate_beats_evolution_on_a_smooth_objective_and_its_model_picks_carry_lineage():
+    def best_after(name, seed):
+        strategy = make_strategy(name, SPACE, seed=seed, population=8)
+        strategy.add_seeds([SEED])
+        strategy.tell([Observation(SEED, 0, "ok", synthetic_time(SEED))])
+        asked = run_rounds(strategy, 8, generation=1)
+        return strategy.ranked()[0].fitness_s, asked
+
+    surrogate = [best_after("surrogate", s) for s in range(4)]
+    evolution = [best_after("evolution", s)[0] for s in range(4)]
+    assert sum(best for best, _ in surrogate) <= sum(evolution)
+    picked = [p for _, asked in surrogate for p in asked if p.origin == "model"]
+    assert picked and all(len(p.parents) == 1 and p.parents[0][1] == "model" for p in picked)
+    assert all(tuple(p.parents[0][2]) == p.parents[0][0].differing_knobs(p.genome) for p in picked)
+
+
+def test_the_forest_learns_an_interaction_and_doubts_where_it_has_not_seen():
+    import numpy
+
+    from evo.strategies._forest import Forest
+
+    rng = numpy.random.default_rng(0)
+    features = rng.integers(0, 4, (300, 5))
+    targets = features[:, 0] * features[:, 1] + 0.5 * features[:, 2]
+    forest = Forest(20, seed=1).fit(features, targets)
+    test = rng.integers(0, 4, (500, 5))
+    predicted = forest.predict_each(test).mean(axis=0)
+    truth = test[:, 0] * test[:, 1] + 0.5 * test[:, 2]
+    assert numpy.corrcoef(predicted, truth)[0, 1] > 0.95
+    again = Forest(20, seed=1).fit(features, targets).predict_each(test)
+    assert numpy.array_equal(again, forest.predict_each(test))  # a seed decides the model
+    assert Forest(3, seed=0).fit(numpy.zeros((4, 2), int), numpy.ones(4)).predict_each(numpy.ones((2, 2), int)).tolist() \
+        == [[1.0, 1.0]] * 3  # nothing to split: a leaf
+
+
+@pytest.mark.parametrize("name", ["evolution", "surrogate", "random"])
 def test_state_is_rebuilt_from_the_store_rows(name):
     original = make_strategy(name, SPACE, seed=5, population=8)
     original.add_seeds([SEED])

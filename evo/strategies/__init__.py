@@ -4,9 +4,10 @@ from evo.strategies.base import Observation, Proposal, Strategy
 from evo.strategies.evolution import EvolutionOptions, EvolutionStrategy
 from evo.strategies.optuna_sampler import SAMPLERS, OptunaOptions, OptunaStrategy
 from evo.strategies.random_search import RandomStrategy
+from evo.strategies.surrogate import SurrogateOptions, SurrogateStrategy
 
 STRATEGIES: dict[str, type[Strategy]] = {
-    cls.name: cls for cls in (EvolutionStrategy, RandomStrategy, OptunaStrategy)
+    cls.name: cls for cls in (EvolutionStrategy, SurrogateStrategy, RandomStrategy, OptunaStrategy)
 }
 
 
@@ -31,5 +32,7 @@ __all__ = [
     "SAMPLERS",
     "STRATEGIES",
     "Strategy",
+    "SurrogateOptions",
+    "SurrogateStrategy",
     "make_strategy",
 ]

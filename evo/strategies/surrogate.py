@@ -1,0 +1,121 @@
+"""Evolution guided by a learned cost model, in the manner of TVM MetaSchedule's evolutionary search: a
+model trained on every evaluation so far picks which of many candidate genomes are worth a GPU's time.
+
+Until ``warmup`` evaluations have succeeded it is ``evolution``. Then, for each batch, a random forest
+(evo.strategies._forest) is fitted on all evaluations: a genome is its knobs' value positions, the target its log
+time; a failure is learned as twice the slowest success, so the model steers away from what fails. The
+candidates are every unseen valid genome where the space lists its members or is small enough to
+enumerate, else many children of the best genomes (mutations of one to three knobs, crossovers).
+A candidate scores the forest's mean less ``kappa`` times the spread of its trees (a lower confidence
+bound: optimism where the trees disagree); the batch takes the best scores, and ``explore`` of it are
+evolution's own children, which the model has not chosen. The forest is refitted from the observations
+every time, so a resumed run rebuilds it from the store.
+
+Chosen by replay (``benchmarks/strategies.py``, docs/BENCHMARKS.md "Replay").
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+from evo.strategies.base import Proposal
+from evo.strategies.evolution import EvolutionOptions, EvolutionStrategy
+from kernel_genome import Genome, NoValidGenome, crossover, mutate
+
+ENUMERATE_LIMIT = 20_000  # spaces up to this many knob combinations are scored whole
+
+
+@dataclass(frozen=True)
+class SurrogateOptions(EvolutionOptions):
+    warmup: int = 16  # successful evaluations before the model chooses
+    kappa: float = 1.0  # optimism: standard deviations of the trees' spread subtracted from their mean
+    explore: float = 0.125  # share of each batch left to evolution's own children
+    trees: int = 40
+    candidates: int = 10  # candidates bred per genome asked (where the space is not scored whole; a repair costs ms)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.warmup < 2:
+            raise ValueError(f"warmup must be >= 2, got {self.warmup}")
+        if self.kappa < 0:
+            raise ValueError(f"kappa must be >= 0, got {self.kappa}")
+        if not 0.0 <= self.explore <= 1.0:
+            raise ValueError(f"explore must be within [0, 1], got {self.explore}")
+        if self.trees < 1 or self.candidates < 1:
+            raise ValueError(f"trees and candidates must be >= 1, got {self.trees} and {self.candidates}")
+
+
+class SurrogateStrategy(EvolutionStrategy):
+    name = "surrogate"
+    Options = SurrogateOptions
+
+    def __init__(self, space, *, seed, population, options=None, niches=None) -> None:
+        super().__init__(space, seed=seed, population=population, options=options, niches=niches)
+        self._whole: tuple[Genome, ...] | None = None  # the valid genomes, where the space is scored whole
+
+    def ask(self, n: int) -> list[Proposal]:
+        observed = list(self.observations.values())
+        if sum(1 for o in observed if o.fitness_s is not None) < self.options.warmup:
+            return super().ask(n)
+        rng = self.rng()
+        candidates = self._candidates(n, rng)
+        if not candidates:
+            return super().ask(n)
+        scores = self._scores_of(observed, candidates, rng)
+        chosen = sorted(range(len(candidates)), key=lambda i: (scores[i], candidates[i].id))
+        from_model = n - round(self.options.explore * n)
+        best = [o.genome for o in self.ranked()[: self.population]]
+        proposals = []
+        for index in chosen[:from_model]:
+            genome = candidates[index]
+            self.seen.add(genome.id)
+            parent = min(best, key=lambda g: (self.space.distance(g, genome), g.id))  # its lineage: the nearest good one
+            proposals.append(Proposal(genome, "model", ((parent, "model", parent.differing_knobs(genome)),)))
+        return proposals + super().ask(n - len(proposals))
+
+    def _scores_of(self, observed, candidates: list[Genome], rng: random.Random) -> list[float]:
+        import numpy
+
+        from evo.strategies._forest import Forest
+
+        successes = [math.log(o.fitness_s) for o in observed if o.fitness_s is not None]
+        failed = max(successes) + math.log(2.0)
+        targets = [math.log(o.fitness_s) if o.fitness_s is not None else failed for o in observed]
+        forest = Forest(self.options.trees, seed=rng.randrange(1 << 30))
+        forest.fit(self._features([o.genome for o in observed]), numpy.array(targets))
+        per_tree = forest.predict_each(self._features(candidates))
+        return list(per_tree.mean(axis=0) - self.options.kappa * per_tree.std(axis=0))
+
+    def _features(self, genomes: list[Genome]):
+        import numpy
+
+        knobs = self.space.knobs
+        return numpy.array([[knob.index(genome[knob.name]) for knob in knobs] for genome in genomes], dtype=float)
+
+    def _candidates(self, n: int, rng: random.Random) -> list[Genome]:
+        whole = self._whole_space()
+        if whole is not None:
+            return [g for g in whole if g.id not in self.seen]
+        parents = [o.genome for o in self.ranked()[: self.population]]
+        found: dict[str, Genome] = {}
+        for attempt in range(self.options.candidates * n):
+            try:  # the better parents more often; no uniform samples (a tightly constrained space rejects them)
+                first = parents[int(rng.random() ** 2 * len(parents))]
+                if attempt % 3 == 2 and len(parents) > 1:
+                    genome = crossover(self.space, first, rng.choice(parents), rng).genome
+                else:
+                    genome = mutate(self.space, first, rng, strength=rng.choice((1, 1, 2, 3))).genome
+            except NoValidGenome:
+                continue
+            if genome.id not in self.seen:
+                found[genome.id] = genome
+        return list(found.values())
+
+    def _whole_space(self) -> tuple[Genome, ...] | None:
+        if self._whole is None:
+            if self.space.members is None and self.space.size() > ENUMERATE_LIMIT:
+                return None
+            self._whole = tuple(self.space.enumerate())
+        return self._whole
