@@ -83,7 +83,8 @@ def main() -> None:
             except Exception as exc:  # a strategy Kernel Tuner cannot run here is reported, not fatal
                 print(f"# {path.name} {strategy}: failed: {type(exc).__name__}: {exc}", flush=True)
                 continue
-            print(f"# {path.name} {strategy}: {time.perf_counter() - started:.0f} s", flush=True)
+            print(f"# {path.name} {strategy}: {time.perf_counter() - started:.0f} s: "
+                  + " | ".join(table_rows(summaries[-1:])[1][0]), flush=True)  # each row as it comes
     header, rows = table_rows(summaries)
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
