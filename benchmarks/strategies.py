@@ -20,7 +20,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--caches", default=str(SHARED), help="folder of Kernel Tuner cache files (*.json.gz)")
     parser.add_argument("--run", action="append", default=[], help="DB:RUN, an evo run to replay against too")
-    parser.add_argument("--strategies", default="evolution,random,optuna")
+    parser.add_argument("--strategies", default="surrogate,evolution,random,optuna")
     parser.add_argument("--modes", default="loop,sync")
     parser.add_argument("--seeds", type=int, default=30)
     parser.add_argument("--budget", type=int, default=400)

@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "file, or an evo run), without a GPU: evaluations to within 1%% and 5%% of the best")
     replay.add_argument("source", nargs="?", help="a Kernel Tuner cache file (.json or .json.gz)")
     replay.add_argument("--run", type=_positive_int, help="instead: replay against this run's evaluations (--db)")
-    replay.add_argument("--strategies", default="evolution,random,optuna", help="comma-separated (default: all)")
+    replay.add_argument("--strategies", default="surrogate,evolution,random,optuna", help="comma-separated (default: all)")
     replay.add_argument("--seeds", type=_positive_int, default=30, help="runs per strategy (default 30)")
     replay.add_argument("--budget", type=_positive_int, default=400, help="evaluations per run (default 400)")
     replay.add_argument("--population", type=_positive_int, default=8)
