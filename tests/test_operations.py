@@ -366,8 +366,9 @@ def test_the_loop_asks_early_enough_to_keep_every_evaluator_busy():
     assert not pacing.wants_batch(building=8, queued=0, in_flight=9, evaluators=1, **ask)
     # two GPUs would run dry: the next batch is asked before this one is built...
     assert pacing.wants_batch(building=8, queued=2, in_flight=12, evaluators=2, **ask)
-    # ...but never with more than population x evaluators on their way
-    assert not pacing.wants_batch(building=8, queued=2, in_flight=17, evaluators=2, **ask)
+    # ...but never with more than two populations per evaluator on their way
+    assert pacing.wants_batch(building=8, queued=2, in_flight=17, evaluators=2, **ask)
+    assert not pacing.wants_batch(building=8, queued=2, in_flight=33, evaluators=2, **ask)
     # a CPU family never compiles beside a timing: the first rule
     assert not pacing.wants_batch(building=8, queued=2, in_flight=12, evaluators=2, population=8, isolated=True)
 
