@@ -199,8 +199,11 @@ def test_two_searches_at_once_on_one_database_keep_every_row(ray_session, databa
 
 
 def _spawn(args, log):
+    # Ctrl-C as from a terminal even where the suite itself was started in the background (a shell's `&`
+    # starts it with SIGINT ignored, which its children would inherit and Python would then respect)
     return subprocess.Popen([sys.executable, "-m", "evo", *args], cwd=REPO, stdin=subprocess.DEVNULL,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_for_evaluations(db, n, process, timeout=120):
