@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from evo.replay import ReplaySummary, quartiles, table_rows
+from evo.replay import ReplaySummary, markdown_table, quartiles, table_rows
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "replay_caches"
 STRATEGIES = ("genetic_algorithm", "simulated_annealing", "dual_annealing", "diff_evo", "pso", "firefly_algorithm",
@@ -85,11 +85,7 @@ def main() -> None:
                 continue
             print(f"# {path.name} {strategy}: {time.perf_counter() - started:.0f} s: "
                   + " | ".join(table_rows(summaries[-1:])[1][0]), flush=True)  # each row as it comes
-    header, rows = table_rows(summaries)
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    print(markdown_table(summaries))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import argparse
 import time
 from pathlib import Path
 
-from evo.replay import kernel_tuner_space, store_space, summarize, table_rows
+from evo.replay import kernel_tuner_space, markdown_table, store_space, summarize
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "replay_caches"
 
@@ -42,11 +42,7 @@ def main() -> None:
                 summaries.append(summarize(recorded, strategy, seeds=range(args.seeds), budget=args.budget,
                                            population=args.population, mode=mode))
                 print(f"# {recorded.name} {mode} {strategy}: {time.perf_counter() - started:.0f} s", flush=True)
-    header, rows = table_rows(summaries)
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    print(markdown_table(summaries))
 
 
 if __name__ == "__main__":

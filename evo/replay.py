@@ -156,6 +156,13 @@ def table_rows(summaries: Sequence[ReplaySummary]) -> tuple[list[str], list[list
     return header, rows
 
 
+def markdown_table(summaries: Sequence[ReplaySummary]) -> str:
+    """The table of summaries in Markdown (what the benchmarks print for docs/BENCHMARKS.md)."""
+    header, rows = table_rows(summaries)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
 def _spread(quartiles: tuple[float, float, float]) -> str:
     return " ".join("never" if q == float("inf") else f"{q:.0f}" for q in quartiles)
 
