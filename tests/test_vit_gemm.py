@@ -32,8 +32,17 @@ PREFETCH_TMA = PREFETCH_TWO.replace(pos_tma=True, prefetch_buffers=1)
 FOLDED = PREFETCH_TWO.replace(operand_prefetch=False, prefetch_buffers=1, folded_table=True)
 FOLDED_PINGPONG = PINGPONG.replace(epi_depth=1, folded_table=True)
 FOLDED_PER_TILE = WIDE.replace(store="tma", tile_sync="local", folded_table=True, stages=3)
+# a tile's K slices split over the blocks of a cluster, summed in block 0 (the batch-1 and batch-8 shapes):
+# 64 x 64 tiles over 8 blocks, 128 x 128 over 4, and the cooperative pair over 2
+SPLIT_SMALL = SEED.replace(block_n=64, split_k=8, stages=3)
+SPLIT_FOUR = SEED.replace(split_k=4, stages=3, wgmma_depth=2, tile_sync="local")
+SPLIT_WIDE = WIDE.replace(split_k=2)
+# 192 columns: N = 768 in 4 tiles (ViT-B), ping-pong of 64-row tiles and a cluster pair of 128-row ones
+PINGPONG_192 = PINGPONG.replace(block_n=192, m_tiles=1)
+CLUSTERED_192 = CLUSTERED_WIDE.replace(block_n=192)
 NAMED = (SEED, WIDE, PINGPONG, PREFETCH, ROWWISE, CLUSTERED, CLUSTERED_WIDE, CLUSTERED_PER_TILE, PREFETCH_TWO,
-         PREFETCH_TMA, FOLDED, FOLDED_PINGPONG, FOLDED_PER_TILE)
+         PREFETCH_TMA, FOLDED, FOLDED_PINGPONG, FOLDED_PER_TILE, SPLIT_SMALL, SPLIT_FOUR, SPLIT_WIDE, PINGPONG_192,
+         CLUSTERED_192)
 
 
 def test_the_space_mirrors_the_kernel_limits():
@@ -54,6 +63,15 @@ def test_the_space_mirrors_the_kernel_limits():
     assert not space.is_valid(FOLDED.replace(stages=4))  # 256 KB
     assert not space.is_valid(FOLDED.replace(store="direct16"))
     assert not space.is_valid(FOLDED_PINGPONG.replace(tile_sync="syncthreads"))
+    # block 0 of a split tile holds the other blocks' partial tiles: 7 x 64 x 64 fp32 beside 3 stages of 16 KB
+    # and the TMA store's slot, and a barrier for them
+    assert shared_bytes(SPLIT_SMALL) == 3 * (64 + 64) * 128 + 64 * 64 * 2 + 7 * 64 * 64 * 4 + (6 + 2 + 1) * 8 + 1024
+    assert shared_bytes(SPLIT_WIDE) == shared_bytes(WIDE) + 2 * 64 * 128 * 4 + 2 * 8
+    assert not space.is_valid(SPLIT_FOUR.replace(persistent=True))  # one tile a block
+    assert not space.is_valid(SPLIT_WIDE.replace(cluster=2))
+    assert not space.is_valid(PREFETCH.replace(persistent=False, split_k=2))  # the other blocks run no epilogue
+    assert not space.is_valid(SPLIT_WIDE.replace(split_k=4))  # 3 partial tiles of 128 x 128 fp32: 192 KB + stages
+    assert shared_bytes(PINGPONG_192) == 4 * (64 + 192) * 128 + 2 * 2 * 64 * 64 * 2 + 12 * 8 + 1024
     assert not space.is_valid(SEED.replace(block_n=256, m_tiles=2))  # 256 accumulators a thread
     assert not space.is_valid(WIDE.replace(block_n=256, m_tiles=2, consumers=1, stages=6))  # shared memory
     assert not space.is_valid(SEED.replace(schedule="pingpong"))  # one consumer cannot take turns

@@ -59,10 +59,18 @@ def prefetch_bytes(g) -> int:
     return g["consumers"] * g["prefetch_buffers"] * wg_rows(g) * 64 * 4 * (2 if g["pos_tma"] else 1)
 
 
+def partials_bytes(g) -> int:
+    """split_k > 1: block 0's slots for the other blocks' partial accumulators, fp32, each consumer's."""
+    if g["split_k"] == 1:
+        return 0
+    return (g["split_k"] - 1) * g["consumers"] * wg_rows(g) * g["block_n"] * 4
+
+
 def shared_bytes(g) -> int:
     """Dynamic shared memory of a block; mirrors SHARED_BYTES in vit_gemm_parts.cuh."""
-    barriers = (2 * g["stages"] + 2 * g["consumers"] * (g["prefetch_buffers"] + g["folded_table"])) * 8
-    return g["stages"] * stage_bytes(g) + staging_bytes(g) + prefetch_bytes(g) + barriers + 1024
+    barriers = (2 * g["stages"] + 2 * g["consumers"] * (g["prefetch_buffers"] + g["folded_table"])
+                + g["consumers"] * (g["split_k"] > 1)) * 8
+    return g["stages"] * stage_bytes(g) + staging_bytes(g) + prefetch_bytes(g) + partials_bytes(g) + barriers + 1024
 
 
 def folded_table(g, s: Mapping, device):
@@ -74,8 +82,9 @@ def folded_table(g, s: Mapping, device):
 
 
 def blocks(g, s: Mapping, resident: int) -> int:
-    """Blocks of a launch: one a tile (whole clusters), or at most ``resident`` with a persistent grid."""
-    count = -(-s["m"] // (block_m(g) * g["cluster"])) * -(-s["n"] // g["block_n"]) * g["cluster"]
+    """Blocks of a launch: one a tile (whole clusters; split_k of them a tile), or at most ``resident`` with a
+    persistent grid."""
+    count = -(-s["m"] // (block_m(g) * g["cluster"])) * -(-s["n"] // g["block_n"]) * g["cluster"] * g["split_k"]
     return min(count, resident) if g["persistent"] else count
 
 

@@ -68,7 +68,8 @@ def _implies(condition: bool, consequence: bool) -> bool:
 
 SPACE = Space(
     [
-        PowerOfTwo("block_n", 64, 256, description="tile columns = wgmma N"),
+        Choice("block_n", (64, 128, 192, 256), ordered=True,
+               description="tile columns = wgmma N (192: N = 768 and 1152 in whole tiles, 4 and 6 of them)"),
         PowerOfTwo("consumers", 1, 2, description="consumer warpgroups (each beside one producer warpgroup)"),
         PowerOfTwo("m_tiles", 1, 2, description="m64 wgmma tiles a consumer warpgroup owns"),
         IntRange("stages", 2, 6, description="TMA pipeline stages of 64-deep K slices"),
@@ -76,6 +77,9 @@ SPACE = Space(
                                                   "turns at the tensor cores (one's epilogue under the other's main loop)"),
         PowerOfTwo("cluster", 1, 2, description="blocks of a thread-block cluster taking the two M tiles of one N band "
                                                  "together, each bringing in half of the W slice by a TMA multicast to both"),
+        PowerOfTwo("split_k", 1, 8, description="blocks of a cluster sharing one tile, each an equal share of its K "
+                                                "slices, the others' partial sums sent to block 0's shared memory, "
+                                                "which finishes the tile (more blocks where M is small)"),
         Boolean("persistent", description="one block per SM slot looping over the tiles, its producer loading the next "
                                           "tile during the epilogue | one block a tile"),
         Choice("raster", RASTERS, description="tile order: along N (a row band's tiles together, A shared in L2) | along M"),
@@ -152,14 +156,21 @@ SPACE = Space(
                    "the folded table lands in the TMA store's staging, a consumer's whole share of the tile, and is "
                    "brought by a thread that meets no block-wide barrier: folded_table needs store = tma, the "
                    "fragment epilogue, no other prefetch or early operand loads, epi_depth 1 and tile_sync = local"),
+        Constraint("split_k_one_tile_a_block",
+                   lambda g: _implies(g["split_k"] > 1, g["cluster"] == 1 and not g["persistent"]
+                                      and not g["folded_table"] and not g["operand_prefetch"]),
+                   "the blocks of a split tile are a cluster that sums one tile and finishes it in block 0: split_k "
+                   "needs cluster 1, one block a tile (persistent off), and neither the folded table nor the "
+                   "prefetch (the other blocks run no epilogue)"),
         Constraint("raster_only_matters_when_persistent",
                    lambda g: _implies(not g["persistent"], g["raster"] == "along_n"),
                    "one block a tile launches the tiles in along-N order"),
     ],
-    added_later={"folded_table": False},  # runs stored before the knob read as without it
+    added_later={"folded_table": False, "split_k": 1},  # runs stored before the knobs read as without them
 )
 
-SEED = SPACE.genome(dict(block_n=128, consumers=1, m_tiles=1, stages=2, schedule="cooperative", cluster=1, persistent=False,
+SEED = SPACE.genome(dict(block_n=128, consumers=1, m_tiles=1, stages=2, schedule="cooperative", cluster=1, split_k=1,
+                         persistent=False,
                          raster="along_n", tile_sync="syncthreads", wgmma_depth=1, store="tma", epilogue_reads="fragment", operand_prefetch=False,
                          operands_ahead=False, prefetch_buffers=1, pos_tma=False, folded_table=False,
                          epi_depth=1,
@@ -203,7 +214,7 @@ class VitGemm(KernelFamily):
     def build_recipe(self, genome) -> BuildRecipe:
         g = genome.as_dict()
         macros = dict(BLOCK_N=g["block_n"], CONSUMERS=g["consumers"], M_TILES=g["m_tiles"], STAGES=g["stages"],
-                      SCHEDULE=SCHEDULES.index(g["schedule"]), CLUSTER=g["cluster"], RASTER=RASTERS.index(g["raster"]),
+                      SCHEDULE=SCHEDULES.index(g["schedule"]), CLUSTER=g["cluster"], SPLIT_K=g["split_k"], RASTER=RASTERS.index(g["raster"]),
                       TILE_SYNC=TILE_SYNCS.index(g["tile_sync"]), WGMMA_DEPTH=g["wgmma_depth"],
                       STORE=STORES.index(g["store"]), EPILOGUE_READS=EPILOGUE_READS.index(g["epilogue_reads"]),
                       OPERANDS_AHEAD=int(g["operands_ahead"]), OPERAND_PREFETCH=int(g["operand_prefetch"]),

@@ -12,7 +12,7 @@
 // wgmma m64nBLOCK_Nk16 straight from shared memory, releases each stage, then runs the epilogue.
 //
 // Knobs (macros):
-//   BLOCK_N      tile columns = wgmma N (64, 128, 256); M_TILES: m64 tiles a consumer owns (1, 2)
+//   BLOCK_N      tile columns = wgmma N (64, 128, 192, 256); M_TILES: m64 tiles a consumer owns (1, 2)
 //   CONSUMERS    consumer warpgroups (1, 2); STAGES: ring depth (2..6)
 //   SCHEDULE     0 cooperative: the consumers share one tile (BLOCK_M = 64 M_TILES CONSUMERS);
 //                1 ping-pong: each consumer its own tile (BLOCK_M = 64 M_TILES), the two taking turns
@@ -21,6 +21,10 @@
 //   CLUSTER      1, or 2: the two blocks of a thread-block cluster take the two M tiles of one N band
 //                together; each brings in half of the W slice and multicasts it to both (W crosses
 //                from L2 once per pair); a stage is refilled when the consumers of both blocks are done
+//   SPLIT_K      1, or 2..8 (CLUSTER 1, one block a tile): the SPLIT_K blocks of a cluster take one tile,
+//                each an equal share of its K slices; blocks 1.. send their partial accumulators into
+//                block 0's shared memory by st.async (counted in bytes on block 0's barrier), and block 0
+//                adds them and runs the epilogue (more blocks for the small-M shapes of batch 1 and 8)
 //   RASTER       tile order: 0 along N (the tiles of one row band run together and share A in L2), 1 along M
 //   TILE_SYNC    0: the whole block meets at barrier 0 after every tile (the producer cannot run
 //                into the next tile); 1: no block-wide barrier: only the ring's mbarriers, each
@@ -70,15 +74,16 @@ __device__ __forceinline__ void release_stage(uint64_t* empty) {
 #endif
 }
 
-// The producer warpgroup: slice kt of local tile i is the ring's (i * k_tiles + kt)-th fill. Its
-// thread 0 brings in A (this block's rows) and W (with a cluster: its half of the slice, multicast)
-__device__ void produce(const Tiles& tiles, int owned, int k_tiles, const TensorMap* a_map, const TensorMap* w_map,
-                        unsigned char* smem, uint64_t* full, uint64_t* empty) {
+// The producer warpgroup: this block's slice kt (of k_count from k_begin) of local tile i is the
+// ring's (i * k_count + kt)-th fill. Its thread 0 brings in A (this block's rows) and W (with a
+// cluster: its half of the slice, multicast)
+__device__ void produce(const Tiles& tiles, int owned, int k_begin, int k_count, const TensorMap* a_map,
+                        const TensorMap* w_map, unsigned char* smem, uint64_t* full, uint64_t* empty) {
     int fill = 0;
     for (int i = 0; i < owned; ++i) {
         if (threadIdx.x == 0) {
             const int2 origin = tiles.origin(i);
-            for (int kt = 0; kt < k_tiles; ++kt, ++fill) {
+            for (int kt = k_begin; kt < k_begin + k_count; ++kt, ++fill) {
                 const int s = fill % STAGES;
                 unsigned char* stage = smem + s * STAGE_BYTES;
                 if (fill >= STAGES) barrier_wait(empty + s, (fill / STAGES - 1) & 1);
@@ -100,8 +105,43 @@ __device__ void produce(const Tiles& tiles, int owned, int k_tiles, const Tensor
     }
 }
 
-#if CLUSTER > 1
-#define CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
+#if SPLIT_K > 1
+// SPLIT_K: block k_rank of the cluster sends its consumer's accumulators to block 0 (st.async into its
+// slot, counted on that consumer's partials_full barrier there); block 0 waits for every slot and adds
+// them to its own. Whether this block finishes the tile (block 0).
+__device__ __forceinline__ bool sum_split(float (&acc)[M_TILES][ACC], int k_rank, int consumer, float* partials,
+                                          uint64_t* partials_full) {
+    const int x = threadIdx.x % 128;
+    if (k_rank > 0) {
+        const unsigned slot = peer_address(partials + ((k_rank - 1) * CONSUMERS + consumer) * (PARTIAL_BYTES / 4), 0);
+        const unsigned bar = peer_address(partials_full, 0);
+#pragma unroll
+        for (int t = 0; t < M_TILES; ++t)
+#pragma unroll
+            for (int a = 0; a < ACC; a += 4)
+                store_async4(slot + ((t * ACC + a) / 4 * 128 + x) * 16,
+                             make_float4(acc[t][a], acc[t][a + 1], acc[t][a + 2], acc[t][a + 3]), bar);
+        return false;
+    }
+    if (x == 0) barrier_expect_bytes(partials_full, (SPLIT_K - 1) * PARTIAL_BYTES);
+    barrier_wait(partials_full, 0);  // one tile a block: the barrier's first phase
+#pragma unroll
+    for (int q = 0; q < SPLIT_K - 1; ++q) {
+        const float4* from = reinterpret_cast<const float4*>(partials) + (q * CONSUMERS + consumer) * (PARTIAL_BYTES / 16);
+#pragma unroll
+        for (int t = 0; t < M_TILES; ++t)
+#pragma unroll
+            for (int a = 0; a < ACC; a += 4) {
+                const float4 v = from[(t * ACC + a) / 4 * 128 + x];
+                acc[t][a] += v.x, acc[t][a + 1] += v.y, acc[t][a + 2] += v.z, acc[t][a + 3] += v.w;
+            }
+    }
+    return true;
+}
+#endif
+
+#if CLUSTER_BLOCKS > 1
+#define CLUSTER_DIMS __cluster_dims__(CLUSTER_BLOCKS, 1, 1)
 #else
 #define CLUSTER_DIMS
 #endif
@@ -117,14 +157,18 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
     unsigned char* smem = raw + ((1024 - smem_address(raw) % 1024) % 1024);
     unsigned char* staging = smem + STAGES * STAGE_BYTES;
     float2* prefetched = reinterpret_cast<float2*>(staging + STAGING_BYTES);
-    uint64_t* full = reinterpret_cast<uint64_t*>(staging + STAGING_BYTES + PREFETCH_BYTES);
+    float* partials = reinterpret_cast<float*>(staging + STAGING_BYTES + PREFETCH_BYTES);  // SPLIT_K > 1
+    uint64_t* full = reinterpret_cast<uint64_t*>(staging + STAGING_BYTES + PREFETCH_BYTES + PARTIALS_BYTES);
     uint64_t* empty = full + STAGES;
     uint64_t* prefetched_full = empty + STAGES;  // PREFETCH_BUFFERS of each a consumer
     uint64_t* prefetched_free = prefetched_full + CONSUMERS * PREFETCH_BUFFERS;
     uint64_t* table_full = prefetched_free + CONSUMERS * PREFETCH_BUFFERS;  // FOLDED_TABLE: one of each a consumer
     uint64_t* staging_free = table_full + CONSUMERS;
+    uint64_t* partials_full = staging_free + CONSUMERS * FOLDED_TABLE;  // SPLIT_K > 1: one a consumer
     const Tiles tiles(M, N);
     const int owned = tiles.owned(), k_tiles = (K + BLOCK_K - 1) / BLOCK_K;
+    // this block's share of the K slices (all of them without SPLIT_K; none where K has fewer slices than splits)
+    const int k_begin = tiles.k_rank() * k_tiles / SPLIT_K, k_count = (tiles.k_rank() + 1) * k_tiles / SPLIT_K - k_begin;
     const int warpgroup = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {
@@ -140,9 +184,10 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
             barrier_init(table_full + c, 1);
             barrier_init(staging_free + c, 1);
         }
+        for (int c = 0; c < CONSUMERS * (SPLIT_K > 1); ++c) barrier_init(partials_full + c, 1);
         barrier_init_fence();
     }
-#if CLUSTER > 1
+#if CLUSTER_BLOCKS > 1
     cluster_sync();  // every block's barriers exist before any block multicasts or arrives into it
 #else
     __syncthreads();
@@ -165,7 +210,7 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
             if (threadIdx.x == 32) load_table(tiles, owned, N, P, &pos_map, staging, table_full, staging_free);
         } else
 #endif
-            produce(tiles, owned, k_tiles, &a_map, &w_map, smem, full, empty);
+            produce(tiles, owned, k_begin, k_count, &a_map, &w_map, smem, full, empty);
     } else {
 #if SETMAXNREG
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CONSUMER_REGS));
@@ -191,8 +236,8 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
 #pragma unroll
                 for (int a = 0; a < ACC; ++a) acc[t][a] = 0.f;
 
-            const int first = i * k_tiles;
-            for (int kt = 0; kt < k_tiles; ++kt) {
+            const int first = i * k_count;
+            for (int kt = 0; kt < k_count; ++kt) {
                 const int fill = first + kt, s = fill % STAGES;
                 barrier_wait(full + s, (fill / STAGES) & 1);
                 const unsigned char* stage = smem + s * STAGE_BYTES;
@@ -204,7 +249,7 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
                         wgmma_bf16(acc[t], descriptor(stage + (a_row0 + t * 64) * 128 + k * 32),
                                    descriptor(stage + A_STAGE + k * 32));
                 wgmma_commit();
-                if (kt == k_tiles / 2) free_staging(staging_free + consumer, tables);
+                if (kt == k_count / 2) free_staging(staging_free + consumer, tables);
                 wgmma_wait<WGMMA_DEPTH - 1>();  // fill - WGMMA_DEPTH + 1 is done: its stage can be refilled
                 if (threadIdx.x % 128 == 0 && kt >= WGMMA_DEPTH - 1)
                     release_stage(empty + (fill - WGMMA_DEPTH + 1) % STAGES);
@@ -213,11 +258,18 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
             ChunkOperands ops[2];
             if (OPERANDS_AHEAD) load_operands(ops[0], 0, origin.x + a_row0, origin.y, M, N, P, bias, pos);
             wgmma_wait<0>();  // the accumulators are final
-            if (WGMMA_DEPTH == 2 && threadIdx.x % 128 == 0) release_stage(empty + (first + k_tiles - 1) % STAGES);
+            if (WGMMA_DEPTH == 2 && threadIdx.x % 128 == 0 && k_count > 0)
+                release_stage(empty + (first + k_count - 1) % STAGES);
+#if SPLIT_K > 1
+            const bool finishes = sum_split(acc, tiles.k_rank(), consumer, partials, partials_full + consumer);
+#else
+            constexpr bool finishes = true;
+#endif
 #if SCHEDULE == 1
             if (i + 1 < owned) named_arrive(3 + (1 - consumer), 256);  // the other consumer's turn
 #endif
-            epilogue(acc, ops, origin.x + a_row0, origin.y, M, N, P, bias, pos, C, &c_map, slots, consumer,
+            if (finishes)
+                epilogue(acc, ops, origin.x + a_row0, origin.y, M, N, P, bias, pos, C, &c_map, slots, consumer,
                      prefetched + consumer * PREFETCH_BYTES / (CONSUMERS * 8),
                      prefetched_full + consumer * PREFETCH_BUFFERS, prefetched_free + consumer * PREFETCH_BUFFERS,
                      chunk_sequence, table_full + consumer, tables);
@@ -230,7 +282,7 @@ vit_gemm(const __grid_constant__ TensorMap a_map, const __grid_constant__ Tensor
         if (threadIdx.x % 128 == 0) tma_store_wait_read<0>();  // shared memory stays until the last store read it
 #endif
     }
-#if CLUSTER > 1
+#if CLUSTER_BLOCKS > 1
     // no block leaves while another may still arrive on its barriers or multicast into its stages
     __syncwarp();
     cluster_sync();

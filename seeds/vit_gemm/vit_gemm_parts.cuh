@@ -12,6 +12,7 @@
 #define SHARERS CONSUMERS
 #endif
 #define THREADS (128 * (CONSUMERS + 1))
+#define CLUSTER_BLOCKS (CLUSTER * SPLIT_K)  // blocks of a cluster: M pairs (CLUSTER) or the K slices of a tile (SPLIT_K)
 #define ACC (BLOCK_N / 2)  // fp32 accumulators a thread holds per m64 tile
 #define CHUNK 64           // epilogue columns at a time: one 128-byte row of bf16
 #define PRODUCER_REGS 40
@@ -55,20 +56,30 @@ constexpr int STAGING_BYTES = FOLDED_TABLE          ? CONSUMERS * (BLOCK_N / CHU
                                                     : 0;
 constexpr int PREFETCH_BYTES = OPERAND_PREFETCH ? CONSUMERS * PREFETCH_BUFFERS * WG_ROWS * CHUNK * 4 * (POS_TMA ? 2 : 1) : 0;
 constexpr int POS_BOX_BYTES = WG_ROWS * 128;  // a TMA box of pos: the consumer's rows, 32 fp32 columns
-constexpr int BARRIER_BYTES = (2 * STAGES + 2 * CONSUMERS * PREFETCH_BUFFERS + 2 * CONSUMERS * FOLDED_TABLE) * 8;
-constexpr int SHARED_BYTES = STAGES * STAGE_BYTES + STAGING_BYTES + PREFETCH_BYTES + BARRIER_BYTES + 1024;  // + alignment slack
+// SPLIT_K > 1: block 0 of the cluster receives the other blocks' partial accumulators, a slot for each
+// (block, consumer): float4 j of consumer thread x at float4 j * 128 + x
+constexpr int PARTIAL_QUADS = M_TILES * ACC / 4;  // float4s of accumulators a consumer thread holds
+constexpr int PARTIAL_BYTES = 128 * PARTIAL_QUADS * 16;  // one consumer's partial tile
+constexpr int PARTIALS_BYTES = SPLIT_K > 1 ? (SPLIT_K - 1) * CONSUMERS * PARTIAL_BYTES : 0;
+constexpr int BARRIER_BYTES =
+    (2 * STAGES + 2 * CONSUMERS * PREFETCH_BUFFERS + 2 * CONSUMERS * FOLDED_TABLE + CONSUMERS * (SPLIT_K > 1)) * 8;
+constexpr int SHARED_BYTES =
+    STAGES * STAGE_BYTES + STAGING_BYTES + PREFETCH_BYTES + PARTIALS_BYTES + BARRIER_BYTES + 1024;  // + alignment slack
 #define PREFETCHERS 96  // the producer warpgroup's warps 1..3
 
 // The tiles of C in the order the clusters take them: a unit is CLUSTER tiles stacked along M (one
 // tile without a cluster), unit u goes to cluster u % clusters, and block `rank` of the cluster takes
-// the unit's rank-th tile (past M when M has fewer tiles: its rows read as zeros and are not stored)
+// the unit's rank-th tile (past M when M has fewer tiles: its rows read as zeros and are not stored).
+// With SPLIT_K > 1 (CLUSTER 1) the cluster's blocks take the same tile, block k_rank its k_rank-th
+// share of the K slices.
 struct Tiles {
     int m_units, n_count;
     __device__ Tiles(int M, int N)
         : m_units((M + BLOCK_M * CLUSTER - 1) / (BLOCK_M * CLUSTER)), n_count((N + BLOCK_N - 1) / BLOCK_N) {}
-    __device__ static int cluster() { return blockIdx.x / CLUSTER; }
-    __device__ static int clusters() { return gridDim.x / CLUSTER; }
+    __device__ static int cluster() { return blockIdx.x / CLUSTER_BLOCKS; }
+    __device__ static int clusters() { return gridDim.x / CLUSTER_BLOCKS; }
     __device__ static int rank() { return blockIdx.x % CLUSTER; }
+    __device__ static int k_rank() { return blockIdx.x % CLUSTER_BLOCKS / CLUSTER; }
     __device__ int count() const { return m_units * n_count; }
     __device__ int owned() const {  // tiles this block computes: as many as its cluster's other blocks
         return cluster() < count() ? (count() - cluster() + clusters() - 1) / clusters() : 0;
