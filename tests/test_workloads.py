@@ -217,6 +217,23 @@ def test_evolution_breeds_from_the_best_of_every_shape():
     assert len(proposals) == 6 and all(p.parents for p in proposals)
 
 
+def test_the_surrogate_leaves_a_workload_run_to_evolution():
+    """Its forest learns one time per genome: in a workload run the niches breed, as evolution breeds them."""
+    niches = {"a": 1.0, "b": 1.0, "c": 3.0}
+    genomes = [CPU.seed_genomes[0].replace(block_m=b, block_n=n, block_k=k)
+               for b in (8, 16, 32) for n in (8, 16) for k in (16, 32, 64)]
+    observations = [Observation(g, 0, "ok", 1e-3 * (1 + i), {"a": 1e-3 * (1 + i), "b": 1e-3 * (18 - i)})
+                    for i, g in enumerate(genomes)]  # more than the surrogate's warm-up
+    strategy = make_strategy("surrogate", CPU.space, seed=3, population=4, niches=niches)
+    strategy.tell(observations)
+    pool = strategy._pool(strategy.niche_rankings())
+    assert genomes[0] in pool and genomes[-1] in pool  # the best at a and the best at b
+    proposals = strategy.ask(8)
+    assert len(proposals) == 8 and not any(p.origin == "model" for p in proposals)
+    leaders = {g for ranked in strategy.niche_rankings().values() for g in ranked[:4]}  # each shape's population
+    assert all(parent in leaders for p in proposals for parent, *_ in p.parents)
+
+
 # -- the evaluator measuring a workload ---------------------------------------------------------------
 def test_the_evaluator_times_the_plan_cuts_short_and_stops_after_the_probes(tmp_path):
     workload = _workload(("a", 1.0), ("b", 1.0), ("c", 1.0))

@@ -11,6 +11,9 @@ bound: optimism where the trees disagree); the batch takes the best scores, and 
 evolution's own children, which the model has not chosen. The forest is refitted from the observations
 every time, so a resumed run rebuilds it from the store.
 
+A workload run (niches: a time per shape) is evolution's throughout: the forest learns one time per genome,
+and choosing by it would breed towards one shape's fastest and starve the other shapes' elites.
+
 Chosen by replay (``benchmarks/strategies.py``, docs/BENCHMARKS.md "Replay").
 """
 
@@ -57,7 +60,7 @@ class SurrogateStrategy(EvolutionStrategy):
 
     def ask(self, n: int) -> list[Proposal]:
         observed = list(self.observations.values())
-        if sum(1 for o in observed if o.fitness_s is not None) < self.options.warmup:
+        if self.niches or sum(1 for o in observed if o.fitness_s is not None) < self.options.warmup:
             return super().ask(n)
         rng = self.rng()
         candidates = self._candidates(n, rng)
