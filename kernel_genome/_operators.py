@@ -114,20 +114,21 @@ def repair(space: Space, genome: Genome, rng: random.Random, *, max_changed: int
         return min(space.valid_members(), key=lambda g: (space.distance(genome, g), rng.random()), default=None)
     values = genome.as_dict()
     knobs = space.knobs
+    # each knob's other values with their distance from the genome's (a change's cost), worked out once
+    moves = {k.name: [(v, k.distance(values[k.name], v)) for v in k.values if k.index(v) != k.index(values[k.name])]
+             for k in knobs}
     for size in range(1, min(max_changed, len(knobs)) + 1):
         candidates = []
         for subset in itertools.combinations(knobs, size):
-            alternatives = [[v for v in k.values if k.index(v) != k.index(values[k.name])] for k in subset]
-            for combo in itertools.product(*alternatives):
-                cost = sum(k.distance(values[k.name], v) for k, v in zip(subset, combo))
+            for combo in itertools.product(*(moves[k.name] for k in subset)):
+                cost = sum(d for _, d in combo)
                 candidates.append((cost, rng.random(), subset, combo))
         candidates.sort(key=lambda c: (c[0], c[1]))
         for _, _, subset, combo in candidates:
             changed = dict(values)
-            changed.update({k.name: v for k, v in zip(subset, combo)})
-            child = Genome.from_mapping(changed)
-            if space.is_valid(child):
-                return child
+            changed.update({k.name: v for k, (v, _) in zip(subset, combo)})
+            if space.values_valid(changed):  # a Genome (its id hashed) only for the one returned
+                return Genome.from_mapping(changed)
     best, best_distance = None, float("inf")
     for _ in range(fallback_samples):
         candidate = Genome.from_mapping({k.name: k.sample(rng) for k in knobs})

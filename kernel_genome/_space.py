@@ -137,7 +137,27 @@ class Space:
         return out
 
     def is_valid(self, genome: Genome) -> bool:
-        return not self.violations(genome)
+        if self._members is not None and genome.id not in self._member_ids:
+            return False
+        return self._holds(genome.as_dict())
+
+    def values_valid(self, values: Mapping[str, KnobValue]) -> bool:
+        """Whether a complete mapping of knob values is a valid genome, without building a Genome (its id
+        hashed) where the space has no listed members, nor any message: the operators' repair asks this
+        of hundreds of candidates a child."""
+        if self._members is not None:
+            return self.is_valid(Genome.from_mapping(values))
+        return self._holds(values)
+
+    def _holds(self, values: Mapping[str, KnobValue]) -> bool:
+        """Every constraint holds (one that raises does not)."""
+        for c in self._constraints:
+            try:
+                if not c.check(values):
+                    return False
+            except Exception:
+                return False
+        return True
 
     def check(self, genome: Genome) -> Genome:
         """Return the genome if it satisfies every constraint, else raise ``ValueError``."""
