@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import signal
 import sqlite3
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -26,6 +28,33 @@ from sqlalchemy.orm import Session, sessionmaker
 MIGRATIONS = Path(__file__).with_name("migrations")
 _SCHEMA_LOCK_KEY = 0x65766F  # "evo": the PostgreSQL advisory lock held while a schema is created
 DEFAULT_DB = "evo.db"
+
+
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Ctrl-C or SIGTERM arriving in the main thread inside this block is handled as it leaves. An
+    interrupt raised inside SQLAlchemy's commit or close can leave the pooled connection mid-transaction:
+    the run's next write, the one that marks it interrupted, was then refused or lost (the row stayed
+    ``running``). A held signal goes to the handler that was installed before; others threads (the
+    heartbeat) are never interrupted by Python and hold nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in INTERRUPTS}
+    held = [sig for sig, handler in previous.items() if callable(handler)]  # not ignored, not left to C
+    for sig in held:
+        signal.signal(sig, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        for sig in held:
+            signal.signal(sig, previous[sig])
+        if received:
+            previous[received[0]](received[0], None)
 
 
 class SchemaError(Exception):
@@ -156,17 +185,19 @@ class Database:
 
     @contextmanager
     def session(self) -> Iterator[Session]:
-        """One unit of work: commits on success, rolls back on any exception."""
+        """One unit of work: commits on success, rolls back on any exception. Ctrl-C and SIGTERM take
+        effect once it is over (``interrupts_held``)."""
         self.engine
-        session = self._sessions()
-        try:
-            yield session
-            session.commit()
-        except BaseException:
-            session.rollback()
-            raise
-        finally:
-            session.close()
+        with interrupts_held():
+            session = self._sessions()
+            try:
+                yield session
+                session.commit()
+            except BaseException:
+                session.rollback()
+                raise
+            finally:
+                session.close()
 
     # -- schema ---------------------------------------------------------------------------
     def _alembic(self, connection) -> Config:

@@ -209,6 +209,49 @@ def test_sigterm_while_ray_starts_leaves_no_run_behind(tmp_path):
     assert "Traceback" not in (tmp_path / "search.log").read_text()
 
 
+
+INTERRUPTED_MID_COMMIT = """
+import os, signal, sys
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+from evo.api import database_at, open_store
+
+store = open_store(database_at(sys.argv[1], must_exist=False))
+run = store.create_run(family="cpu_gemm", strategy="evolution", target=None, seed=0, config={})
+
+def interrupt(signum, frame):  # what evo's SIGTERM handler does
+    raise KeyboardInterrupt
+
+signal.signal(signal.SIGTERM, interrupt)
+commits = []
+
+@event.listens_for(Session, "after_commit")
+def terminated_inside_the_commit(session):  # the handler runs at the next bytecode: inside SQLAlchemy
+    commits.append(1)
+    if len(commits) == 3:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+try:
+    for i in range(10):
+        store.update_run(run, message=f"record {i}")
+except KeyboardInterrupt:
+    store.update_run(run, status="interrupted", message="stopped by the user")
+    print("marked interrupted")
+"""
+
+
+def test_an_interrupt_inside_a_commit_still_marks_the_run_interrupted(tmp_path):
+    """SIGTERM handled inside SQLAlchemy's commit left the session unusable: the interrupt came out as
+    InvalidRequestError and the row stayed 'running' (seen on the GPU after `timeout` stopped a search)."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "evo.db"
+    done = subprocess.run([sys.executable, "-c", INTERRUPTED_MID_COMMIT, str(db)], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert "marked interrupted" in done.stdout, done.stderr[-2000:]
+    assert rows(db, "SELECT status, message FROM runs") == [("interrupted", "stopped by the user")]
+
 def test_metadata_is_plain_json(stored, tmp_path):
     assert main(["export", "1", "--db", str(stored), "--out", str(tmp_path / "pkg")]) == 0
     assert json.loads((tmp_path / "pkg" / "metadata.json").read_text())["module"].startswith("cpu_gemm_")
