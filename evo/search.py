@@ -192,7 +192,7 @@ class Search:
             status = self._drive(run_id, pipeline)
             if self.shapes is not None:
                 dispatch = self.shapes.confirm(run_id, pipeline)
-                for item in pipeline.poll(0):  # evaluations that were under way when the search stopped
+                for item in self._poll(pipeline, 0):  # evaluations that were under way when the search stopped
                     self._record(run_id, item, pipeline)
         except KeyboardInterrupt:
             status = "interrupted"
@@ -221,11 +221,9 @@ class Search:
         stop_reason = None
         strategy_dry = False  # the strategy had nothing new; ask again only after a new result
         while True:
-            finished = pipeline.poll(0.5)
+            finished = self._poll(pipeline, 0.5)
             for item in finished:
                 self._record(run_id, item, pipeline)
-            if pipeline.hardware and self.memory.waiting:
-                self._dispatch(pipeline, self.memory.know_hardware(pipeline.hardware))
             if stop_reason is None:
                 self._gate_best_qualifier(run_id, pipeline)
             strategy_dry = strategy_dry and not finished
@@ -320,10 +318,18 @@ class Search:
         self.state.submitted += len(genomes)
         self._dispatch(pipeline, genomes)
 
+    def _poll(self, pipeline: Pipeline, timeout_s: float) -> list[Finished]:
+        """What finished within ``timeout_s``. Once the evaluators' hardware is known it goes to the run's
+        memory here, the one place, and the genomes held for it go out."""
+        finished = pipeline.poll(timeout_s)
+        if pipeline.hardware:
+            held = self.memory.know_hardware(pipeline.hardware)
+            if held:
+                self._dispatch(pipeline, held)
+        return finished
+
     def _dispatch(self, pipeline: Pipeline, genomes: list[Genome]) -> None:
         """To the pipeline what must be measured; what an earlier run measured is recorded from memory."""
-        if pipeline.hardware:
-            self.memory.know_hardware(pipeline.hardware)
         reused, fresh = self.memory.split(genomes)
         if fresh:
             pipeline.submit(fresh)
@@ -333,8 +339,6 @@ class Search:
     def _record(self, run_id: int, item: Finished, pipeline: Pipeline) -> None:
         genome, result = item.genome, item.result
         self.state.evaluated_now += result.reused_from is None
-        if pipeline.hardware:
-            self.memory.know_hardware(pipeline.hardware)
         self.store.record_evaluation(self._individual_ids[genome.id], result,
                                      self.shapes.dims if self.shapes else {s.name: dict(s.dims) for s in self.family.shapes},
                                      measurement_key=self.memory.key(genome))
