@@ -33,7 +33,7 @@ ENUMERATE_LIMIT = 20_000  # spaces up to this many knob combinations are scored 
 @dataclass(frozen=True)
 class SurrogateOptions(EvolutionOptions):
     warmup: int = 16  # successful evaluations before the model chooses
-    kappa: float = 1.0  # optimism: standard deviations of the trees' spread subtracted from their mean
+    kappa: float = 0.5  # optimism: standard deviations of the trees' spread subtracted from their mean (replay: 0.5 over 1)
     explore: float = 0.125  # share of each batch left to evolution's own children
     trees: int = 40
     candidates: int = 10  # candidates bred per genome asked (where the space is not scored whole; a repair costs ms)
