@@ -125,6 +125,8 @@ def test_the_forest_learns_an_interaction_and_doubts_where_it_has_not_seen():
     assert numpy.array_equal(again, forest.predict_each(test))  # a seed decides the model
     assert Forest(3, seed=0).fit(numpy.zeros((4, 2), int), numpy.ones(4)).predict_each(numpy.ones((2, 2), int)).tolist() \
         == [[1.0, 1.0]] * 3  # nothing to split: a leaf
+    mixed = Forest(3, seed=0).fit(numpy.zeros((4, 2), int), numpy.array([1.0, 2.0, 3.0, 4.0]))
+    assert mixed.predict_each(numpy.zeros((1, 2), int)).shape == (3, 1)  # different times, one value a feature
 
 
 @pytest.mark.parametrize("name", ["evolution", "surrogate", "random"])

@@ -59,7 +59,7 @@ def _grow(features: numpy.ndarray, targets: numpy.ndarray, levels: int, min_leaf
         local = numpy.repeat(numpy.arange(len(ids)), sizes)  # each sample's node within the depth
         mixed = numpy.maximum.reduceat(here, starts) != numpy.minimum.reduceat(here, starts)
         open_ = mixed & (sizes >= 2 * min_leaf)
-        if not open_.any():
+        if not open_.any() or levels < 2:  # (every feature one value: nothing to split on)
             break
         rank = numpy.cumsum(open_) - 1  # an open node's place among the open ones
         inside = open_[local]
