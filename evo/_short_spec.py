@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from evo._spec_runtime import CTYPES, SAFE_BUILTINS, SpecRuntime, evaluate, knob_names
+from evo._spec_runtime import CTYPES, SAFE_BUILTINS, SpecRuntime, evaluate, knob_names, runtime_module
 from kernel_genome import Constraint, Space
-from seeds import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance
+from seeds import BuildRecipe, RuntimeFamily, TimingPlan, Tolerance
 
 CPP_FLAGS = ("-O3", "-march=native", "-std=c++17", "-fPIC", "-shared")
 NVCC_FLAGS = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17")  # Hopper (the H100)
@@ -68,10 +68,9 @@ def _names_in(expression: str) -> set[str]:
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - set(SAFE_BUILTINS)
 
 
-class _ShortSpec(KernelFamily):
+class _ShortSpec(RuntimeFamily):
     """What both short specs share; see CppKernel and CudaKernel."""
 
-    export_template = Path(__file__).with_name("_templates") / "short_spec.py.in"  # one launcher for every spec
     export_files = (("evo_spec_runtime.py", Path(__file__).with_name("_spec_runtime.py")),)
     compiler = "c++"
     output_kind = "shared_library"
@@ -160,24 +159,8 @@ class _ShortSpec(KernelFamily):
         return BuildRecipe(self.source_path.read_text(), self.source_path.name, self.compiler, self.flags + macros,
                            self.output_kind)
 
-    def make_inputs(self, shape: ProblemShape, generator) -> tuple:
-        return self.runtime.make_inputs(dict(shape.dims), generator)
-
-    def make_output(self, shape: ProblemShape):
-        return self.runtime.make_output(dict(shape.dims))
-
-    def reference(self, shape: ProblemShape, inputs):
-        return self.runtime.reference(inputs)
-
-    def anchor(self, shape: ProblemShape, inputs):
-        return self.runtime.anchor(inputs)
-
-    def load(self, artifact: Path, genome):
-        return self.runtime.load(artifact), genome.as_dict()
-
-    def launch(self, kernel, shape: ProblemShape, inputs, output) -> None:
-        function, knobs = kernel
-        self.runtime.launch(function, knobs, dict(shape.dims), inputs, output)
+    def export_runtime(self) -> str:
+        return runtime_module(self.name, self.export_description())
 
     def export_description(self) -> dict:
         """The spec as plain data: what evo/_spec_runtime.py runs, here and in an exported package."""

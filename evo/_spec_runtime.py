@@ -1,7 +1,9 @@
 """What a short-spec family does at run time — inputs, output, reference, anchor, loading and launching
-the kernel — from the spec's plain description (a dict of JSON types). Standalone (torch, ctypes, and for
-CUDA seeds/_cuda.py, shipped as evo_cuda.py), so that evo's evaluators and an exported package run the
-same code: `evo export` copies this file beside the op's module as evo_spec_runtime.py.
+the kernel, the exported op's public function — from the spec's plain description (a dict of JSON types):
+a ``SpecRuntime`` is the family's runtime (seeds/_family.py, ``RuntimeFamily``). Standalone (torch,
+ctypes, and for CUDA seeds/_cuda.py, shipped as evo_cuda.py), so that evo's evaluators and an exported
+package run the same code: `evo export` copies this file beside the op's module as evo_spec_runtime.py,
+and writes evo_family.py (``runtime_module``) to make the runtime from the spec.
 
 The description: {"device": "cpu" | "cuda", "function": name, "args": [{"tensor": name, "shape": "m, k",
 "dtype": ..., "output": bool} | {"scalar": name, "value": expression, "ctype": ...}], "reference": expression,
@@ -30,11 +32,18 @@ def knob_names(genome: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class SpecRuntime:
+    PUBLIC = "call"
+
     def __init__(self, spec: Mapping[str, Any]) -> None:
         self.spec = dict(spec)
-        self.device = self.spec.get("device", "cpu")
+        self.device = self.DEVICE = self.spec.get("device", "cpu")
         self.inputs = [a for a in self.spec["args"] if "tensor" in a and not a.get("output")]
         self.output = next(a for a in self.spec["args"] if a.get("output"))
+        names = [a["tensor"] for a in self.inputs]
+        self.SCHEMA = "(" + ", ".join(f"Tensor {name}" for name in names) + ") -> Tensor"
+        self.USAGE = (f"{self.spec['function']}, tuned by evo.\n\n    import __OP_NAME__ as k\n"
+                      f"    out = k.call({', '.join(names)})\n"
+                      f"    out = torch.ops.evo.__OP_NAME__({', '.join(names)})  # the same as a torch custom op")
 
     # -- shapes ---------------------------------------------------------------------------------
     def sizes(self, arg: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[int, ...]:
@@ -89,34 +98,37 @@ class SpecRuntime:
     def named(self, inputs) -> dict:
         return {arg["tensor"]: tensor for arg, tensor in zip(self.inputs, inputs)}
 
-    def reference(self, inputs):
+    def reference(self, dims: Mapping[str, int], inputs):
         import torch
 
         wide = [t.double() if t.is_floating_point() else t for t in inputs]
         return evaluate(self.spec["reference"], {**self.named(wide), "torch": torch})
 
-    def anchor(self, inputs):
+    def anchor(self, dims: Mapping[str, int], inputs):
+        """The anchor, the spec's own expression."""
         import torch
 
         return evaluate(self.spec["anchor"], {**self.named(inputs), "torch": torch})
 
     # -- the kernel -----------------------------------------------------------------------------
-    def load(self, artifact) -> Any:
-        """The kernel in a built artifact (a shared library's function, or a cubin's kernel)."""
+    def load(self, artifact, genome: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+        """The kernel in a built artifact (a shared library's function, or a cubin's kernel), with the
+        genome whose knobs its launch reads."""
         if self.device == "cpu":
             function = getattr(ctypes.CDLL(str(artifact)), self.spec["function"])
             function.argtypes = [ctypes.c_void_p if "tensor" in a else CTYPES[a["ctype"]] for a in self.spec["args"]]
             function.restype = None
-            return function
+            return function, genome
         try:
             from seeds._cuda import CudaModule
         except ImportError:  # an exported package: seeds/_cuda.py beside it as evo_cuda.py
             from evo_cuda import CudaModule
         module = CudaModule(artifact)
-        return module.kernel(self.spec["function"])
+        return module.kernel(self.spec["function"]), genome
 
-    def launch(self, kernel, genome: Mapping[str, Any], dims: Mapping[str, int], inputs, out) -> None:
-        """The kernel on ``inputs`` into ``out``, for ``genome``'s knobs (CUDA: its grid, block, shared bytes)."""
+    def launch(self, loaded, dims: Mapping[str, int], inputs, out) -> None:
+        """The kernel on ``inputs`` into ``out``, for its genome's knobs (CUDA: its grid, block, shared bytes)."""
+        kernel, genome = loaded
         tensors = iter(inputs)
         values = []
         for arg in self.spec["args"]:
@@ -136,3 +148,35 @@ class SpecRuntime:
 
     def launch_dims(self, key: str, names: Mapping[str, Any]) -> tuple[int, ...]:
         return tuple(int(evaluate(part, names)) for part in str(self.spec[key]).split(","))
+
+    # -- the exported op's public function ----------------------------------------------------------
+    def call(self, op, *inputs):
+        """The op on the inputs (in the order of the spec's input tensors): the evolved kernel chosen for
+        this shape, or the anchor where none is faster."""
+        dims = self.dims_of(inputs)
+        kernel, _ = op.choose(dims)
+        if kernel is None:
+            return self.anchor(dims, inputs)
+        out = self.make_output(dims)
+        op.launch_kernel(kernel, dims, [t.contiguous() for t in inputs], out)
+        return out
+
+    def call_with(self, op, dims: Mapping[str, int], inputs):
+        return self.call(op, *inputs)
+
+    def fake(self, *inputs):
+        import torch
+
+        return inputs[0].new_empty(self.sizes(self.output, self.read_dims(inputs)), dtype=getattr(torch, self.output["dtype"]))
+
+
+def runtime_module(family: str, spec: Mapping[str, Any]) -> str:
+    """The text of an exported package's evo_family.py: the family's runtime, made from its spec."""
+    import json
+
+    names = ("DEVICE", "PUBLIC", "SCHEMA", "USAGE", "make_inputs", "make_output", "reference", "anchor", "load",
+             "launch", "call", "call_with", "fake")
+    return (f'"""The runtime of family {family}: its short spec (SPEC), run by evo_spec_runtime.py as evo '
+            f'ran it."""\n\nimport json\n\nfrom evo_spec_runtime import SpecRuntime\n\n'
+            f"SPEC = json.loads({json.dumps(json.dumps(spec, indent=1))})\n_RUNTIME = SpecRuntime(SPEC)\n"
+            + "".join(f"{name} = _RUNTIME.{name}\n" for name in names))

@@ -17,8 +17,11 @@ The package needs torch (and, for CUDA kernels, cuda.bindings), never evo:
                       the op is slower beyond timing noise)
     evo_flush.py      the cache flush evo's --cold-cache timing uses (fitness/_flush.py), for selfcheck.py
     evo_dispatch.py   the dispatch rule (seeds/_dispatch.py)
-The family supplies the module (its ``export_template``, with the ``export_files`` it imports, copied
-beside it); this file fills it in: __KERNELS_JSON__, __DISPATCH_JSON__ and __OP_NAME__.
+    evo_family.py     the family's own runtime module (its inputs, reference, anchor, load and launch, and
+                      the public function), with the ``export_files`` it imports: the code evo's evaluators
+                      ran the kernels with (seeds/_family.py, ``RuntimeFamily``)
+<name>.py is one generic module for every family (evo/_templates/op.py.in): this file fills in the kernel
+table, the dispatch table, the op's name and the family's public function.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from fitness import BuildConfig, Builder, Status, _flush, format_seconds
 from fitness.build import ARTIFACT_SUFFIX, compiler_version, default_cache_dir
 
 SELFCHECK = Path(__file__).with_name("_selfcheck.py")
+OP_TEMPLATE = Path(__file__).with_name("_templates") / "op.py.in"  # one op module for every family
 FLUSH = Path(_flush.__file__)  # shipped as evo_flush.py: the self-check flushes as the evaluator does
 
 
@@ -67,7 +71,7 @@ class _Kernel:
 def export_run(store: Store, run_id: int, individual_id: int | None, out: Path) -> ExportResult:
     """A workload run (no ``individual_id``): its dispatching op; otherwise the individual's (default: the
     run's best) kernel. ValueError for a run or individual that does not exist, one that never passed
-    verification, a family without an export template, or an ``out`` that is a non-empty directory."""
+    verification, a family without a runtime module to export, or an ``out`` that is a non-empty directory."""
     from seeds import get_family, parse_workload
 
     run = store.get_run(run_id)
@@ -82,8 +86,9 @@ def export_run(store: Store, run_id: int, individual_id: int | None, out: Path) 
 
 
 def _check_target(family, out: Path) -> None:
-    if family.export_template is None:
-        raise ValueError(f"family {family.name} has no export template")
+    if family.export_runtime() is None:
+        raise ValueError(f"family {family.name} cannot be exported: it has no standalone runtime module "
+                         f"(write it as a RuntimeFamily, see docs/FAMILIES.md)")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"--out {out} exists and is not an empty directory")
     if not out.exists() and not out.resolve().parent.is_dir():
@@ -231,13 +236,9 @@ def _write_files(family, run, module_name: str, built, kernels: list[_Kernel], d
           "set -e\ncd \"$(dirname \"$0\")\"\n" + "".join(shlex.join(c) + "\n" for c in commands))
     (out / "build.sh").chmod(0o755)
     kernel_table = {k.genome.id: {"genome": k.genome.as_dict(), "artifact": k.artifact_name} for k, _, _ in built}
-    template = family.export_template.read_text()
-    module = (template.replace("__KERNELS_JSON__", repr(json.dumps(kernel_table, sort_keys=True)))
-              .replace("__DISPATCH_JSON__", repr(json.dumps(dispatch))).replace("__OP_NAME__", module_name)
-              .replace("__FAMILY__", family.name))
-    if hasattr(family, "export_description"):  # a short spec's generic launcher reads the spec itself
-        module = module.replace("__SPEC_JSON__", repr(json.dumps(family.export_description())))
+    module = _op_module(family, module_name, kernel_table, dispatch)
     write(f"{module_name}.py", module)
+    write("evo_family.py", family.export_runtime())
     compiler = recipe.compiler if built else ("nvcc" if family.device == "cuda" else "c++")
     metadata = dict(
         family=family.name, description=family.description, run=run.id, module=module_name,
@@ -257,6 +258,18 @@ def _write_files(family, run, module_name: str, built, kernels: list[_Kernel], d
     files.append(out / "selfcheck.py")
     write("README.md", package_readme(family, run, module_name, module, metadata, commands))
     return tuple(files)
+
+
+def _op_module(family, module_name: str, kernel_table: dict, dispatch: dict) -> str:
+    """The op's module: the generic template with this package's kernels, dispatch table, name and the
+    family's public function and its usage."""
+    needs = "torch (and cuda.bindings, NVIDIA's driver-API bindings)" if family.device == "cuda" else "torch"
+    title = f"Op {module_name}, exported by evo from a search of family {family.name}."
+    return (OP_TEMPLATE.read_text().replace("__TITLE__", title).replace("__USAGE__", family.export_usage())
+            .replace("__FALLBACK__", family.fallback_label).replace("__NEEDS__", needs)
+            .replace("__PUBLIC__", family.runtime.PUBLIC)
+            .replace("__KERNELS_JSON__", repr(json.dumps(kernel_table, sort_keys=True)))
+            .replace("__DISPATCH_JSON__", repr(json.dumps(dispatch))).replace("__OP_NAME__", module_name))
 
 
 def package_readme(family, run, module_name: str, module: str, metadata: dict, commands: list) -> str:

@@ -11,9 +11,11 @@ or hang costs its evaluator process, never the search; the anchor is timed in th
 Two ways to write one:
 
 - The short spec, for a C++ function or a CUDA kernel whose knobs are macros (``CppKernel``,
-  ``CudaKernel``): about 15 lines, no launch code, exported without a template of its own.
-- A subclass of ``KernelFamily`` with its seven methods (``build_recipe``, ``make_inputs``,
-  ``make_output``, ``reference``, ``load``, ``launch``, ``anchor``), as the built-in families are.
+  ``CudaKernel``): about 15 lines, no launch code.
+- A subclass of ``RuntimeFamily``, as the built-in families are: ``build_recipe`` in the class, the
+  inputs, reference, anchor, load, launch and the exported op's public function in a standalone runtime
+  module (see its docstring), which evo's evaluators run and `evo export` ships (so does a short spec's).
+  A subclass of the bare ``KernelFamily`` with its seven methods searches, but cannot be exported.
 
 A family is found as a folder's path (``evo search --family ./myfamily``: its ``spec.py`` defines
 FAMILY), a ``module:ATTRIBUTE``, or an installed package's ``evo.families`` entry point.
@@ -22,7 +24,7 @@ See docs/FAMILIES.md.
 
 from evo._short_spec import CppKernel, CudaKernel, Scalar, Tensor
 from kernel_genome import Boolean, Choice, Constraint, IntRange, PowerOfTwo, Space
-from seeds import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance, shape, workload
+from seeds import BuildRecipe, KernelFamily, ProblemShape, RuntimeFamily, TimingPlan, Tolerance, shape, workload
 
 __all__ = [
     "Boolean",
@@ -35,6 +37,7 @@ __all__ = [
     "KernelFamily",
     "PowerOfTwo",
     "ProblemShape",
+    "RuntimeFamily",
     "Scalar",
     "Space",
     "Tensor",

@@ -97,10 +97,8 @@ class KernelFamily(abc.ABC):
     timing: TimingPlan = TimingPlan()
     screen_limits: ScreenLimits = ScreenLimits()
     lookup_name: str = ""  # how the registry found it (a built-in name or "module:ATTRIBUTE")
-    # a standalone Python module (torch, no evo) that `evo export` fills in: __GENOME_JSON__,
-    # __GENOME_ID__ and __ARTIFACT__ are replaced; None: the family cannot be exported
-    export_template: Path | None = None
-    # files `evo export` copies beside that module, (name there, source): what the module imports
+    # files `evo export` copies beside the family's runtime module (``export_runtime``), (name there,
+    # source): what that module imports
     export_files: tuple[tuple[str, Path], ...] = ()
     # the GPU its kernels need, e.g. (10, 0) for sm_100a code; None: any device of its kind. On
     # another GPU (or none) its genomes are built and screened, then recorded as unverified
@@ -252,3 +250,80 @@ class KernelFamily(abc.ABC):
 
     def knob_summary(self) -> list[tuple[str, str]]:
         return [(k.name, k.describe()) for k in self.space.knobs]
+
+    def export_runtime(self) -> str | None:
+        """The text of the family's standalone runtime module, which `evo export` ships as evo_family.py
+        (see ``RuntimeFamily``); None: the family cannot be exported."""
+        return None
+
+
+class RuntimeFamily(KernelFamily):
+    """A family whose inputs, reference, anchor, loading and launch live in a standalone runtime module
+    (torch, cuda.bindings and the ``export_files`` beside it; never evo): evo's evaluators run its kernels
+    through that module, and `evo export` ships it as evo_family.py beside one generic op module
+    (evo/_templates/op.py.in), so an exported package runs its kernels as the search did, and nothing is
+    written twice. Only ``build_recipe`` is left to write.
+
+    The runtime module (``runtime``: the module, or an object with the same names) defines, for ``dims``
+    a shape's dimensions (a dict, name -> value) and ``genome`` a dict of knobs:
+      DEVICE                            "cpu" or "cuda"
+      make_inputs(dims, generator)      fresh random inputs (a tuple)
+      make_output(dims)                 the output tensor (poisoned by evo before every run)
+      reference(dims, inputs)           the exact answer in higher precision
+      anchor(dims, inputs)              what a user would run instead; its docstring names it
+      load(artifact, genome)            a handle on the built kernel (a shared library's function, a cubin's)
+      launch(handle, dims, inputs, out) the kernel once on ``inputs`` into ``out``
+      PUBLIC, SCHEMA, fake              the exported op's public function: the name of a function
+                                        ``PUBLIC(op, *args)`` of the runtime, its torch custom-op schema
+                                        and its fake (shapes only, for torch.compile); the function asks
+                                        ``op.choose(dims)`` for a kernel id (None: PyTorch) and runs it with
+                                        ``op.launch_kernel(kernel_id, dims, inputs, out)``
+      call_with(op, dims, inputs)       the public function on the inputs ``make_inputs`` draws
+      USAGE                             how to call it, for the package's docstring and README
+                                        (``__OP_NAME__`` stands for the module's name)
+    and may define ``fallback(dims, inputs)`` (PyTorch's computation of the whole result, when the anchor
+    is less), ``takes(genome, dims)`` (whether a kernel can run a shape), ``OTHER_ANCHORS`` (name ->
+    function like ``anchor``) and ``COSTLY_ANCHORS`` (names left out of a workload op's self-check).
+    """
+
+    runtime: Any
+
+    def make_inputs(self, shape: ProblemShape, generator: Any) -> tuple[Any, ...]:
+        self.check_shape(shape)
+        return self.runtime.make_inputs(dict(shape.dims), generator)
+
+    def make_output(self, shape: ProblemShape) -> Any:
+        return self.runtime.make_output(dict(shape.dims))
+
+    def reference(self, shape: ProblemShape, inputs: Sequence[Any]) -> Any:
+        return self.runtime.reference(dict(shape.dims), inputs)
+
+    def anchor(self, shape: ProblemShape, inputs: Sequence[Any]) -> Any:
+        return self.runtime.anchor(dict(shape.dims), inputs)
+
+    def fallback(self, shape: ProblemShape, inputs: Sequence[Any]) -> Any:
+        return getattr(self.runtime, "fallback", self.runtime.anchor)(dict(shape.dims), inputs)
+
+    def load(self, artifact: Path, genome: Genome) -> Any:
+        return self.runtime.load(artifact, genome.as_dict())
+
+    def launch(self, kernel: Any, shape: ProblemShape, inputs: Sequence[Any], output: Any) -> None:
+        self.runtime.launch(kernel, dict(shape.dims), inputs, output)
+
+    def takes(self, genome: Genome, shape: ProblemShape) -> bool:
+        takes = getattr(self.runtime, "takes", None)
+        return True if takes is None else bool(takes(genome.as_dict(), dict(shape.dims)))
+
+    def secondary_anchors(self) -> dict[str, Callable[[ProblemShape, Sequence[Any]], Any]]:
+        return {name: (lambda shape, inputs, run=run: run(dict(shape.dims), inputs))
+                for name, run in getattr(self.runtime, "OTHER_ANCHORS", {}).items()}
+
+    @property
+    def costly_anchors(self) -> frozenset[str]:  # type: ignore[override]
+        return frozenset(getattr(self.runtime, "COSTLY_ANCHORS", ()))
+
+    def export_runtime(self) -> str | None:
+        return Path(self.runtime.__file__).read_text()
+
+    def export_usage(self) -> str:
+        return self.runtime.USAGE

@@ -86,3 +86,18 @@ def test_exporting_an_unverified_or_unknown_individual_is_refused(stored_run, tm
     assert main(["export", "1", "--db", str(db), "--out", str(tmp_path / "full")]) == 2
     assert "not an empty directory" in capsys.readouterr().err
     assert not out.exists() and (tmp_path / "full" / "x").read_text() == "keep"
+
+
+def test_a_family_without_a_runtime_module_is_refused_in_one_line(tmp_path, capsys):
+    """A bare KernelFamily (the faulty test family) searches, but has no standalone runtime module to ship:
+    its export is refused with one line naming the fix, exit 2, nothing written."""
+    from tests.exporting import recorded_pass, store_evaluation
+    from tests.families.faulty import FAMILY as FAULTY
+
+    genome = FAULTY.seed_genomes[0]
+    store_evaluation(tmp_path / "evo.db", "tests.families.faulty:FAMILY", genome, recorded_pass(genome, FAULTY.shapes))
+    out = tmp_path / "op"
+    assert main(["export", "1", "--db", str(tmp_path / "evo.db"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot be exported" in err and "RuntimeFamily" in err, err
+    assert not out.exists()

@@ -24,7 +24,8 @@ def test_the_package_holds_the_launcher_and_needs_no_evo(tmp_path):
     module = f"nvfp4_gemm_{genome.id}"
     assert {p.name for p in out.iterdir()} == {"kernel.cu", "kernel.cubin", "build.sh", f"{module}.py",
                                                "metadata.json", "selfcheck.py", "nvfp4_launch.py",
-                                               "nvfp4_formats.py", "evo_cuda.py", "evo_flush.py", "evo_dispatch.py", "README.md"}
+                                               "nvfp4_formats.py", "evo_cuda.py", "evo_family.py", "evo_flush.py", "evo_dispatch.py",
+                                               "README.md"}
     assert "#define SPLIT_CLUSTER_L2 1" in (out / "kernel.cu").read_text()
     # verified as the evaluator verifies: |out - ref| <= 1e-3 + 1e-3 |ref| elementwise
     assert json.loads((out / "metadata.json").read_text())["tolerance"] == dict(max_abs=1e-3, max_rel_l2=1e-3, rtol=1e-3)
@@ -57,7 +58,7 @@ def test_exported_kernel_checks_itself_in_a_fresh_process(tmp_path, genome):
     both anchors; its gemm() takes 2-D operands and either scale layout, runs three times in a row on a
     shape the search never saw, works as a custom op under torch.compile, and refuses bad operands."""
     out, checked = export_verified(FAMILY, genome, tmp_path)
-    assert checked.count("anchor: bf16 cuBLAS on dequantised operands") == len(FAMILY.shapes)
+    assert checked.count("anchor: bf16 cuBLAS matmul on operands dequantised beforehand") == len(FAMILY.shapes)
     run_standalone(f"""
         import torch
         import nvfp4_gemm_{genome.id} as k, nvfp4_formats as f

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
 from kernel_genome import Boolean, Choice, Constraint, PowerOfTwo, Space
-from seeds._family import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance, shape
+from seeds._family import BuildRecipe, ProblemShape, RuntimeFamily, TimingPlan, Tolerance, shape
+from seeds.cpu_gemm import runtime as cpu_gemm_runtime
 from seeds._workload import workload
 
 SOURCE = Path(__file__).with_name("gemm.cpp")
@@ -62,7 +61,7 @@ WORKLOADS = (workload("small", "four fp32 GEMMs of M, N, K in 384-768 (one ragge
                                    (shape("m600_n400_k520", m=600, n=400, k=520), 1.0)]),)
 
 
-class CpuGemm(KernelFamily):
+class CpuGemm(RuntimeFamily):
     name = "cpu_gemm"
     description = "fp32 GEMM C = A @ B in C++ (OpenMP), against torch.matmul"
     device = "cpu"
@@ -76,7 +75,7 @@ class CpuGemm(KernelFamily):
     workloads = WORKLOADS
     tolerance = Tolerance(max_abs=1e-3, max_rel_l2=1e-5)
     anchor_name = "torch.matmul"
-    export_template = Path(__file__).with_name("export_template.py.in")
+    runtime = cpu_gemm_runtime  # inputs, reference, anchor, load and launch: seeds/cpu_gemm/runtime.py
     timing = TimingPlan(warmup=2, min_runs=7, max_runs=100, min_seconds=0.03)
 
     def build_recipe(self, genome) -> BuildRecipe:
@@ -91,34 +90,6 @@ class CpuGemm(KernelFamily):
             f"-D{k}={v}" for k, v in sorted(macros.items())
         )
         return BuildRecipe(SOURCE.read_text(), SOURCE.name, "c++", flags, "shared_library")
-
-    def make_inputs(self, shape: ProblemShape, generator) -> tuple[torch.Tensor, ...]:
-        a = torch.randn(shape["m"], shape["k"], generator=generator, dtype=torch.float32)
-        b = torch.randn(shape["k"], shape["n"], generator=generator, dtype=torch.float32)
-        return a, b
-
-    def make_output(self, shape: ProblemShape) -> torch.Tensor:
-        return torch.empty(shape["m"], shape["n"], dtype=torch.float32)
-
-    def reference(self, shape: ProblemShape, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
-        a, b = inputs
-        return a.double() @ b.double()
-
-    def load(self, artifact: Path, genome):
-        library = ctypes.CDLL(str(artifact))
-        function = library.evo_gemm
-        pointer = ctypes.c_void_p
-        function.argtypes = [pointer, pointer, pointer, ctypes.c_int, ctypes.c_int, ctypes.c_int]
-        function.restype = None
-        return function
-
-    def launch(self, kernel, shape: ProblemShape, inputs: Sequence[torch.Tensor], output: torch.Tensor) -> None:
-        a, b = inputs
-        kernel(a.data_ptr(), b.data_ptr(), output.data_ptr(), shape["m"], shape["n"], shape["k"])
-
-    def anchor(self, shape: ProblemShape, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
-        a, b = inputs
-        return torch.matmul(a, b)
 
     def flops(self, shape: ProblemShape) -> float:
         return 2.0 * shape["m"] * shape["n"] * shape["k"]

@@ -8,21 +8,18 @@ reductions, plain loads -> cp.async pipelines, plain -> padded -> swizzled share
 the scale folded in, Q kept in registers, TMA stages and the overlap of one tile's Q K^T with the
 previous tile's softmax. Both head dimensions are compiled into one cubin (entry
 points flashcore_d64 and flashcore_d128); the cubin also exports the shared-memory size its plan
-needs for each, which ``load`` checks against ``space.shared_bytes``.
+needs for each, which runtime.py's ``load`` checks against ``plan.shared_bytes``.
 """
 
 from __future__ import annotations
 
-import ctypes
-import math
 from pathlib import Path
 
-from seeds._cuda import TensorMapBytes, tensor_map
-from seeds._family import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance, shape
+from seeds._family import BuildRecipe, ProblemShape, RuntimeFamily, TimingPlan, Tolerance, shape
 from seeds._workload import workload
 from seeds._wgmma import wgmma_wrapper
-from seeds.flashcore.space import (ENGINES, HEAD_DIMS, SEED, SPACE, STAGES, grid, grid_workspace, kv_rows, kv_share,
-                                   shared_bytes, warps)
+from seeds.flashcore import runtime as flashcore_runtime
+from seeds.flashcore.space import ENGINES, HEAD_DIMS, SEED, SPACE, STAGES
 
 HERE = Path(__file__).parent
 SOURCES = (HERE.parent / "_hopper.cuh",) + tuple(HERE / name for name in (
@@ -54,7 +51,7 @@ WORKLOADS = (workload("prefill", "attention prefill of real models, B x H x S x 
 ]),)
 
 
-class FlashCore(KernelFamily):
+class FlashCore(RuntimeFamily):
     name = "flashcore"
     description = "fp16 attention forward O = softmax(QK^T * scale) V, [B,H,S,D], D in {64,128}"
     device = "cuda"
@@ -74,7 +71,9 @@ class FlashCore(KernelFamily):
     # fp16 output of an fp32-accumulated attention: errors of a few 1e-3 at most
     tolerance = Tolerance(max_abs=0.06, max_rel_l2=1e-2)
     anchor_name = "torch SDPA (default backend: cuDNN on the H100)"
-    export_template = HERE / "export_template.py.in"
+    # inputs, reference, anchors, load and launch: seeds/flashcore/runtime.py, which an export ships
+    runtime = flashcore_runtime
+    export_files = (("flashcore_plan.py", HERE / "plan.py"), ("evo_cuda.py", HERE.parent / "_cuda.py"))
     timing = TimingPlan(warmup=5, min_runs=20, max_runs=200, min_seconds=0.05)
 
     def build_recipe(self, genome) -> BuildRecipe:
@@ -110,80 +109,6 @@ class FlashCore(KernelFamily):
         if shape["d"] != 64:
             unread.add("overlap_tiles")
         return frozenset(k.name for k in self.space.knobs) - unread
-
-    def make_inputs(self, shape: ProblemShape, generator):
-        import torch
-
-        self.check_shape(shape)
-        dims = (shape["b"], shape["h"], shape["s"], shape["d"])
-        return tuple(torch.randn(dims, generator=generator, device="cuda", dtype=torch.float16) for _ in range(3))
-
-    def make_output(self, shape: ProblemShape):
-        import torch
-
-        return torch.empty((shape["b"], shape["h"], shape["s"], shape["d"]), device="cuda", dtype=torch.float16)
-
-    def reference(self, shape: ProblemShape, inputs):
-        import torch
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        q, k, v = (t.float() for t in inputs)
-        with sdpa_kernel(SDPBackend.MATH):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(shape["causal"]))
-
-    def load(self, artifact: Path, genome):
-        from seeds._cuda import CudaModule
-
-        module = CudaModule(artifact)
-        planned = module.read_ints("flashcore_shared_bytes", len(HEAD_DIMS))
-        kernels = {}
-        for d, kernel_bytes in zip(HEAD_DIMS, planned):
-            if kernel_bytes != shared_bytes(genome, d):
-                raise RuntimeError(f"the kernel plans {kernel_bytes} bytes of shared memory at D={d}, "
-                                   f"the spec {shared_bytes(genome, d)}: flashcore.cu and spec.py disagree")
-            kernel = module.kernel(f"flashcore_d{d}")
-            kernel.set_max_dynamic_shared(kernel_bytes)
-            kernels[d] = (kernel, kernel_bytes)
-        return kernels, genome.as_dict(), {}
-
-    def launch(self, kernel, shape: ProblemShape, inputs, output) -> None:
-        from seeds._cuda import ptr, ticketed_workspace
-
-        kernels, g, workspaces = kernel
-        b, h, s, d = shape["b"], shape["h"], shape["s"], shape["d"]
-        function, smem = kernels[d]
-        q, k, v = inputs
-        share = kv_share(g, d)
-        swizzled = g["layout"] == "swizzled"
-        if d == 64 and g["tma_stages_d64"]:
-            maps = [tensor_map(q, g["block_m"], swizzled=swizzled),
-                    *(tensor_map(t, kv_rows(g, d), swizzled=swizzled) for t in (k, v))]
-        elif share > 1:
-            maps = [TensorMapBytes(), *(tensor_map(t, kv_rows(g, d) // share, swizzled=swizzled) for t in (k, v))]
-        else:
-            maps = [TensorMapBytes()] * 3  # not read by a kernel without TMA copies
-        records, tickets = ticketed_workspace(workspaces, shape, *grid_workspace(g, s, b * h, d), q.device)
-        function.launch(grid(g, s, b * h, d), (warps(g, d) * 32,),
-                        [ptr(q), ptr(k), ptr(v), ptr(output), ctypes.c_int(s), ctypes.c_int(shape["causal"]),
-                         ctypes.c_float(1.0 / math.sqrt(d)), *maps, ptr(records), ptr(tickets)],
-                        shared_bytes=smem)
-
-    def anchor(self, shape: ProblemShape, inputs):
-        import torch
-
-        q, k, v = inputs
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(shape["causal"]))
-
-    def secondary_anchors(self):
-        return {"torch SDPA FLASH_ATTENTION backend (FA2)": self._flash_attention}
-
-    def _flash_attention(self, shape: ProblemShape, inputs):
-        import torch
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        q, k, v = inputs
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(shape["causal"]))
 
     def flops(self, shape: ProblemShape) -> float:
         full = 4.0 * shape["b"] * shape["h"] * shape["s"] * shape["s"] * shape["d"]

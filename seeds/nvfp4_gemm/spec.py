@@ -6,7 +6,8 @@ and multiplies with mma.sync m16n8k16 or wgmma, fp32 accumulation. a is M x K an
 of a row, in the plain row-major layout or the blocked layout of cuBLAS / CUTLASS (a shape's
 ``blocked`` says which the user holds; the kernel reads either, seeds/nvfp4_gemm/formats.py
 converts between them). Host formats and layouts: formats.py. The launch (grid, K split, workspaces,
-a's prepass, tensor maps): launch.py, which `evo export` ships beside an exported kernel.
+a's prepass, tensor maps): launch.py; inputs, anchors and the op's public function: runtime.py, both
+shipped by `evo export` beside an exported op.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from kernel_genome import Boolean, Choice, Constraint, IntRange, PowerOfTwo, Space
-from seeds._family import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance, shape
+from seeds._family import BuildRecipe, ProblemShape, RuntimeFamily, TimingPlan, Tolerance, shape
 from seeds._workload import workload
 from seeds._wgmma import wgmma_wrapper
-from seeds.nvfp4_gemm.launch import Launcher, shared_bytes, threads
+from seeds.nvfp4_gemm import runtime as nvfp4_runtime
+from seeds.nvfp4_gemm.launch import shared_bytes, threads
 
 HERE = Path(__file__).parent
 HOPPER = HERE.parent / "_hopper.cuh"
@@ -205,7 +207,7 @@ WORKLOADS = (workload("llm_layers", "NVFP4 linear layers of LLMs: (N, K) in (716
                        for n, k in LAYERS for m in (1, 16, 128, 512) for blocked in (False, True)]),)
 
 
-class Nvfp4Gemm(KernelFamily):
+class Nvfp4Gemm(RuntimeFamily):
     name = "nvfp4_gemm"
     description = "NVFP4 GEMM c = fp16(a*sfa @ (b*sfb)^T), e2m1 values, e4m3 scales per 16, on the H100"
     device = "cuda"
@@ -224,7 +226,9 @@ class Nvfp4Gemm(KernelFamily):
     # the issue's rtol = atol = 1e-3 on the fp16 output, elementwise
     tolerance = Tolerance(max_abs=1e-3, max_rel_l2=1e-3, rtol=1e-3)
     anchor_name = "torch: dequantise to bf16 + matmul"
-    export_template = HERE / "export_template.py.in"
+    # inputs, reference, anchors, PyTorch's whole computation, load and launch: seeds/nvfp4_gemm/runtime.py,
+    # which an export ships with the files it imports
+    runtime = nvfp4_runtime
     export_files = (("nvfp4_launch.py", HERE / "launch.py"), ("nvfp4_formats.py", HERE / "formats.py"),
                     ("evo_cuda.py", HERE.parent / "_cuda.py"))
     timing = TimingPlan(warmup=3, min_runs=10, max_runs=100, min_seconds=0.05)
@@ -254,63 +258,7 @@ class Nvfp4Gemm(KernelFamily):
         if shape["n"] % 2:
             raise ValueError(f"nvfp4_gemm handles an even N, not {shape['n']}")
 
-    def make_inputs(self, shape: ProblemShape, generator):
-        from seeds.nvfp4_gemm import formats
-
-        self.check_shape(shape)
-        return formats.random_problem(shape, generator, "cuda")
-
-    def make_output(self, shape: ProblemShape):
-        import torch
-
-        return torch.empty((shape["l"], shape["m"], shape["n"]), device="cuda", dtype=torch.float16)
-
-    def _dequantized(self, shape: ProblemShape, inputs, dtype):
-        from seeds.nvfp4_gemm import formats
-
-        return formats.dequantized_operands(shape, inputs, dtype)
-
-    def reference(self, shape: ProblemShape, inputs):
-        import torch
-
-        a, b = self._dequantized(shape, inputs, torch.float64)
-        return a @ b.transpose(-1, -2)
-
-    def anchor(self, shape: ProblemShape, inputs):
-        import torch
-
-        a, b = self._dequantized(shape, inputs, torch.bfloat16)
-        return (a @ b.transpose(-1, -2)).half()
-
-    def secondary_anchors(self):
-        return {"bf16 cuBLAS matmul on operands dequantised beforehand": self._bf16_matmul}
-
-    # bf16's 8 bits of mantissa miss the family's rtol of 1e-3: the fallback dequantises to fp16, which
-    # holds every e2m1 value times its e4m3 scale exactly, and its fp16 output rounds as the kernels' does
-    fallback_name = "torch: dequantise to fp16 + matmul"
-
-    def fallback(self, shape: ProblemShape, inputs):
-        import torch
-
-        a, b = self._dequantized(shape, inputs, torch.float16)
-        return a @ b.transpose(-1, -2)
-
-    def _bf16_matmul(self, shape: ProblemShape, inputs):
-        import torch
-
-        key = tuple(t.data_ptr() for t in inputs)
-        if getattr(self, "_bf16_key", None) != key:  # dequantised once per input set, outside the timing
-            self._bf16_key, self._bf16 = key, self._dequantized(shape, inputs, torch.bfloat16)
-        a, b = self._bf16
-        return a @ b.transpose(-1, -2)  # bf16 out: the matmul alone
-
-    def load(self, artifact: Path, genome):
-        from seeds._cuda import CudaModule
-
-        return Launcher(CudaModule(artifact), genome.as_dict())
-
-    def launch(self, kernel: Launcher, shape: ProblemShape, inputs, output) -> None:
-        kernel.launch(shape, *inputs, output)
+    fallback_name = "torch: dequantise to fp16 + matmul"  # runtime.py's fallback says why not bf16
 
     def flops(self, shape: ProblemShape) -> float:
         return 2.0 * shape["l"] * shape["m"] * shape["n"] * shape["k"]

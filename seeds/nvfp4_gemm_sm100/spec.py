@@ -89,7 +89,9 @@ class Nvfp4GemmSm100(Nvfp4Gemm):
     seed_genomes = (SEED,)
     compute_capability = (10, 0)
     screen_limits = ScreenLimits()
-    export_template, export_files = None, ()  # the Hopper family's module launches the Hopper kernel
+
+    def export_runtime(self) -> None:
+        return None  # the Hopper family's runtime launches the Hopper kernel
 
     def build_recipe(self, genome) -> BuildRecipe:
         g = genome.as_dict()

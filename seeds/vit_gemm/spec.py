@@ -15,11 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from kernel_genome import Boolean, Choice, Constraint, IntRange, PowerOfTwo, Space
-from seeds._family import BuildRecipe, KernelFamily, ProblemShape, TimingPlan, Tolerance, shape
+from seeds._family import BuildRecipe, ProblemShape, RuntimeFamily, TimingPlan, Tolerance, shape
 from seeds._workload import workload
 from seeds._wgmma import wgmma_wrapper
-from seeds.vit_gemm import problem
-from seeds.vit_gemm.launch import Launcher, shared_bytes, takes, wg_rows
+from seeds.vit_gemm import runtime as vit_gemm_runtime
+from seeds.vit_gemm.launch import shared_bytes, wg_rows
 
 HERE = Path(__file__).parent
 SOURCES = tuple(HERE / name for name in ("vit_gemm_parts.cuh", "vit_gemm_table.cuh", "vit_gemm_epilogue.cuh",
@@ -192,7 +192,7 @@ WORKLOADS = (workload("encoders", "the patch embeddings of ViT-B/16, ViT-L/16, V
                        for model, p, n, k in ENCODERS for batch in (1, 8, 64, 256)]),)
 
 
-class VitGemm(KernelFamily):
+class VitGemm(RuntimeFamily):
     name = "vit_gemm"
     description = "bf16 GEMM + bias + positional embedding (ViT patch embedding), C = A W^T + bias + pos"
     device = "cuda"
@@ -210,6 +210,11 @@ class VitGemm(KernelFamily):
     tolerance = Tolerance(max_abs=0.08, max_rel_l2=1e-2)
     anchor_name = "cuBLAS matmul alone (torch a @ w.t(), bf16)"
     timing = TimingPlan(warmup=5, min_runs=20, max_runs=200, min_seconds=0.05)
+    # inputs, reference, anchors, PyTorch's whole computation, load and launch: seeds/vit_gemm/runtime.py,
+    # which an export ships with the files it imports
+    runtime = vit_gemm_runtime
+    export_files = (("vit_gemm_launch.py", HERE / "launch.py"), ("vit_gemm_problem.py", HERE / "problem.py"),
+                    ("evo_cuda.py", HERE.parent / "_cuda.py"))
 
     def build_recipe(self, genome) -> BuildRecipe:
         g = genome.as_dict()
@@ -239,58 +244,7 @@ class VitGemm(KernelFamily):
         if shape["m"] % shape["p"]:
             raise ValueError(f"vit_gemm needs M = batch * patches: M = {shape['m']} is no multiple of P = {shape['p']}")
 
-    def make_inputs(self, shape: ProblemShape, generator):
-        self.check_shape(shape)
-        return problem.random_inputs(shape, generator)
-
-    def make_output(self, shape: ProblemShape):
-        import torch
-
-        return torch.empty(shape["m"], shape["n"], device="cuda", dtype=torch.bfloat16)
-
-    def reference(self, shape: ProblemShape, inputs):
-        return problem.reference(shape, inputs)
-
-    export_template = HERE / "export_template.py.in"
-    export_files = (("vit_gemm_launch.py", HERE / "launch.py"), ("vit_gemm_problem.py", HERE / "problem.py"),
-                    ("evo_cuda.py", HERE.parent / "_cuda.py"))
-
-    def load(self, artifact: Path, genome):
-        """The genome's Launcher, after checking that the kernel plans the shared memory the spec sizes."""
-        from seeds._cuda import CudaModule
-
-        return Launcher(CudaModule(artifact), genome.as_dict())
-
-    def launch(self, kernel: Launcher, shape: ProblemShape, inputs, output) -> None:
-        kernel.launch(shape, *inputs[:4], output)
-
-    def anchor(self, shape: ProblemShape, inputs):
-        a, w = inputs[:2]
-        return a @ w.t()
-
     fallback_name = "PyTorch: addmm (matmul + bias, bf16) then + pos"
-    costly_anchors = frozenset({"torch.compile of the same expression"})  # compiles once per shape
-
-    def fallback(self, shape: ProblemShape, inputs):
-        return problem.fallback(shape, inputs)
-
-    def takes(self, genome, shape: ProblemShape) -> bool:
-        return takes(genome, shape)
-
-    def secondary_anchors(self):
-        return {"eager PyTorch (matmul, then + bias and + pos in bf16)": self._eager,
-                "torch.compile of the same expression": self._compiled}
-
-    @staticmethod
-    def _eager(shape: ProblemShape, inputs):
-        return problem.eager(shape, inputs)
-
-    def _compiled(self, shape: ProblemShape, inputs):
-        import torch
-
-        if not hasattr(self, "_compiled_eager"):
-            self._compiled_eager = torch.compile(self._eager, dynamic=False)
-        return self._compiled_eager(shape, inputs)
 
     def flops(self, shape: ProblemShape) -> float:
         return 2.0 * shape["m"] * shape["n"] * shape["k"]

@@ -61,7 +61,11 @@ class VitGemmSm100(VitGemm):
                       DESC_BROADCAST=int(g["desc_broadcast"]))
         return sm100_recipe(SOURCE, macros)
 
-    export_template, export_files = None, ()  # the Hopper family's module launches the Hopper kernel
+    def export_runtime(self) -> None:
+        return None  # the Hopper family's runtime launches the Hopper kernel
+
+    def takes(self, genome, shape) -> bool:
+        return shape["n"] % 8 == 0  # 16-byte rows of C and pos for the TMA
 
     def load(self, artifact: Path, genome):
         """(kernel, knobs, its tensor maps by buffers, resident blocks: one an SM), after checking that
