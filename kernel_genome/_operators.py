@@ -117,9 +117,13 @@ def repair(space: Space, genome: Genome, rng: random.Random, *, max_changed: int
     # each knob's other values with their distance from the genome's (a change's cost), worked out once
     moves = {k.name: [(v, k.distance(values[k.name], v)) for v in k.values if k.index(v) != k.index(values[k.name])]
              for k in knobs}
+    violated = space.violated_reads(values)  # a change must touch a knob of each violated constraint
     for size in range(1, min(max_changed, len(knobs)) + 1):
         candidates = []
         for subset in itertools.combinations(knobs, size):
+            names = {k.name for k in subset}
+            if not all(names & reads for reads in violated):
+                continue  # it leaves some violated constraint as it was
             for combo in itertools.product(*(moves[k.name] for k in subset)):
                 cost = sum(d for _, d in combo)
                 candidates.append((cost, rng.random(), subset, combo))

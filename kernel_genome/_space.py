@@ -27,6 +27,22 @@ class Constraint:
         return f"constraint {self.name!r} violated" + (f": {self.description}" if self.description else "")
 
 
+class _Reads(dict):
+    """A genome's values that remember which of them a constraint read."""
+
+    def __init__(self, values: Mapping[str, KnobValue]) -> None:
+        super().__init__(values)
+        self.read: set[str] = set()
+
+    def __getitem__(self, name: str) -> KnobValue:
+        self.read.add(name)
+        return super().__getitem__(name)
+
+    def get(self, name: str, default=None):
+        self.read.add(name)
+        return super().get(name, default)
+
+
 class Space:
     """An immutable set of knobs and constraints; the factory and judge of genomes.
 
@@ -158,6 +174,21 @@ class Space:
             except Exception:
                 return False
         return True
+
+    def violated_reads(self, values: Mapping[str, KnobValue]) -> list[frozenset[str]]:
+        """For each constraint ``values`` violate, the knobs it read to say so. A change that touches none
+        of a violated constraint's knobs leaves it violated (it reads the same values the same way), so a
+        repair need only try changes that touch every set."""
+        out = []
+        for c in self._constraints:
+            reads = _Reads(values)
+            try:
+                ok = c.check(reads)
+            except Exception:
+                ok = False
+            if not ok:
+                out.append(frozenset(reads.read))
+        return out
 
     def check(self, genome: Genome) -> Genome:
         """Return the genome if it satisfies every constraint, else raise ``ValueError``."""

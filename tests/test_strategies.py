@@ -86,10 +86,10 @@ def test_evolution_beats_random_search_on_a_smooth_objective():
         return strategy.ranked()[0].fitness_s
 
     optimum = 1e-4
-    evolution = [best_after("evolution", s) for s in range(6)]
-    random_search = [best_after("random", s) for s in range(6)]
+    evolution = [best_after("evolution", s) for s in range(30)]  # enough seeds that a lucky few decide nothing
+    random_search = [best_after("random", s) for s in range(30)]
     assert sum(evolution) < sum(random_search)
-    assert sum(1 for t in evolution if t <= optimum * 1.01) >= 4
+    assert sum(1 for t in evolution if t <= optimum * 1.01) >= 10  # about 60% do (seeds 0-59: 37)
 
 
 def test_the_surrogate_beats_evolution_on_a_smooth_objective_and_its_model_picks_carry_lineage():
