@@ -44,6 +44,17 @@ def ptr(tensor) -> ctypes.c_void_p:
     return ctypes.c_void_p(tensor.data_ptr())
 
 
+def require_capability(capability: tuple[int, int] = (9, 0), built_for: str = "sm_90a (H100, H200)") -> None:
+    """RuntimeError unless torch's current CUDA device is of ``capability`` (what the cubin was built for)."""
+    import torch
+
+    device = torch.cuda.current_device()
+    have = tuple(torch.cuda.get_device_capability(device))
+    if have != tuple(capability):
+        raise RuntimeError(f"this kernel is built for {built_for}; {torch.cuda.get_device_name(device)} is compute "
+                           f"capability {have[0]}.{have[1]}")
+
+
 @functools.cache
 def multiprocessors() -> int:
     """SMs of torch's current CUDA device (asked once)."""

@@ -17,11 +17,11 @@ from typing import Mapping
 import torch
 
 if __package__:  # seeds.flashcore.runtime, inside evo
-    from seeds._cuda import CudaModule, TensorMapBytes, ptr, tensor_map, ticketed_workspace
+    from seeds._cuda import CudaModule, TensorMapBytes, ptr, require_capability, tensor_map, ticketed_workspace
     from seeds.flashcore import plan
 else:  # an exported package's evo_family.py, with the files it imports beside it
     import flashcore_plan as plan
-    from evo_cuda import CudaModule, TensorMapBytes, ptr, tensor_map, ticketed_workspace
+    from evo_cuda import CudaModule, TensorMapBytes, ptr, require_capability, tensor_map, ticketed_workspace
 
 DEVICE = "cuda"
 USAGE = """fp16 attention O = softmax(Q K^T / sqrt(D)) V, fp32 softmax and accumulation, for an sm_90a GPU.
@@ -74,6 +74,7 @@ def takes(genome: Mapping, dims: Mapping) -> bool:
 def load(artifact: Path, genome: Mapping):
     """Both head dimensions' kernels of the cubin, allowed the shared memory their plan needs, after
     checking it is what plan.py sizes; the genome; the workspaces of its launches."""
+    require_capability((9, 0))
     module = CudaModule(artifact)
     planned = module.read_ints("flashcore_shared_bytes", len(plan.HEAD_DIMS))
     kernels = {}

@@ -15,12 +15,12 @@ from typing import Mapping
 import torch
 
 if __package__:  # seeds.nvfp4_gemm.runtime, inside evo
-    from seeds._cuda import CudaModule
+    from seeds._cuda import CudaModule, require_capability
     from seeds.nvfp4_gemm import formats
     from seeds.nvfp4_gemm.launch import Launcher
 else:  # an exported package's evo_family.py, with the files it imports beside it
     import nvfp4_formats as formats
-    from evo_cuda import CudaModule
+    from evo_cuda import CudaModule, require_capability
     from nvfp4_launch import Launcher
 
 DEVICE = "cuda"
@@ -88,10 +88,7 @@ def takes(genome: Mapping, dims: Mapping) -> bool:
 
 def load(artifact: Path, genome: Mapping) -> Launcher:
     """The genome's Launcher: the GEMM kernel (its shared memory checked against launch.py's) and a's prepass."""
-    device = torch.cuda.current_device()
-    if torch.cuda.get_device_capability(device) != (9, 0):
-        raise RuntimeError(f"this kernel is built for sm_90a (H100, H200); {torch.cuda.get_device_name(device)} is "
-                           f"compute capability {'.'.join(map(str, torch.cuda.get_device_capability(device)))}")
+    require_capability((9, 0))
     return Launcher(CudaModule(artifact), dict(genome))
 
 

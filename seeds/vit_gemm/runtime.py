@@ -15,12 +15,12 @@ from typing import Mapping
 import torch
 
 if __package__:  # seeds.vit_gemm.runtime, inside evo
-    from seeds._cuda import CudaModule
+    from seeds._cuda import CudaModule, require_capability
     from seeds.vit_gemm import problem
     from seeds.vit_gemm.launch import Launcher, takes  # noqa: F401 (takes: the runtime's word on a shape)
 else:  # an exported package's evo_family.py, with the files it imports beside it
     import vit_gemm_problem as problem
-    from evo_cuda import CudaModule
+    from evo_cuda import CudaModule, require_capability
     from vit_gemm_launch import Launcher, takes  # noqa: F401
 
 DEVICE = "cuda"
@@ -67,10 +67,7 @@ COSTLY_ANCHORS = frozenset({"torch.compile of the same expression"})  # compiles
 
 def load(artifact: Path, genome: Mapping) -> Launcher:
     """The genome's Launcher (it checks that the kernel plans the shared memory launch.py sizes)."""
-    device = torch.cuda.current_device()
-    if torch.cuda.get_device_capability(device) != (9, 0):
-        raise RuntimeError(f"this kernel is built for sm_90a (H100, H200); {torch.cuda.get_device_name(device)} is "
-                           f"compute capability {'.'.join(map(str, torch.cuda.get_device_capability(device)))}")
+    require_capability((9, 0))
     return Launcher(CudaModule(artifact), dict(genome))
 
 
