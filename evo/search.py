@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from db import NewIndividual, ParentLink, Store
+from evo._asking import BackgroundAsk
 from evo._config import SearchConfig
 from evo._heartbeat import Heartbeat
 from evo._reuse import RunMemory
@@ -105,6 +106,7 @@ class Search:
         self.strategy: Strategy = make_strategy(config.strategy, self.family.space, seed=config.seed,
                                                 population=config.population, options=config.strategy_options,
                                                 niches=self.shapes.niches if self.shapes else None)
+        self.asker = BackgroundAsk(self.strategy)  # the loop's asks, in a thread of their own
         self.state = LoopState()
         self.evaluation = EvalConfig(config.trials, config.cold_cache, self.workload)
         self.memory = RunMemory(store, self.family, self.evaluation, reuse=config.reuse)
@@ -203,6 +205,7 @@ class Search:
             raise
         finally:
             heartbeat.stop()
+            self.asker.close()
             if status == "interrupted":
                 self.store.update_run(run_id, status="interrupted", message="stopped by the user")
             if pipeline is not None:
@@ -218,27 +221,36 @@ class Search:
         return outcome
 
     def _drive(self, run_id: int, pipeline: Pipeline) -> str:
+        """Collect results, ask for the next batch in the background when the pipeline wants one (evo/_asking.py),
+        submit it when it comes; until the run stops and nothing is left on its way."""
         stop_reason = None
         strategy_dry = False  # the strategy had nothing new; ask again only after a new result
-        while True:
-            finished = self._poll(pipeline, 0.5)
-            for item in finished:
-                self._record(run_id, item, pipeline)
-            if stop_reason is None:
-                self._gate_best_qualifier(run_id, pipeline)
-            strategy_dry = strategy_dry and not finished
-            stop_reason = stop_reason or self._stop_reason()
-            if stop_reason == "time_exhausted":
-                return stop_reason  # pending candidates stay unevaluated; --resume finishes them
-            wants_batch = not self.memory.waiting and pipeline.wants_batch(self.config.population)
-            if stop_reason is None and wants_batch and not strategy_dry:
-                asked = self._ask_and_submit(run_id, pipeline, self._batch_size(), self.state.generation + 1)
-                strategy_dry = asked == 0
-            in_flight = pipeline.in_flight + len(self.memory.waiting)
-            if stop_reason is None and strategy_dry and in_flight == 0:
-                stop_reason = "space_exhausted"
-            if stop_reason is not None and in_flight == 0:
-                return stop_reason
+        try:
+            while True:
+                finished = self._poll(pipeline, 0.02 if self.asker.asking else 0.5)
+                for item in finished:
+                    self._record(run_id, item, pipeline)
+                if stop_reason is None:
+                    self._gate_best_qualifier(run_id, pipeline)
+                strategy_dry = strategy_dry and not finished
+                stop_reason = stop_reason or self._stop_reason()
+                if stop_reason == "time_exhausted":
+                    return stop_reason  # pending candidates stay unevaluated; --resume finishes them
+                answered = self.asker.collect()
+                if answered is not None and stop_reason is None:
+                    proposals, generation = answered
+                    self._submit_proposals(run_id, pipeline, proposals, generation)
+                    strategy_dry = not proposals
+                wants_batch = not self.asker.asking and not self.memory.waiting and pipeline.wants_batch(self.config.population)
+                if stop_reason is None and wants_batch and not strategy_dry and self._batch_size() > 0:
+                    self.asker.start(self._batch_size(), self.state.generation + 1)
+                in_flight = pipeline.in_flight + len(self.memory.waiting) + self.asker.asking
+                if stop_reason is None and strategy_dry and in_flight == 0:
+                    stop_reason = "space_exhausted"
+                if stop_reason is not None and in_flight == 0:
+                    return stop_reason
+        finally:
+            self.asker.settle()
 
     def _stop_reason(self) -> str | None:
         if self._target_reached():
@@ -298,11 +310,14 @@ class Search:
         if n <= 0:
             return 0
         proposals = self.strategy.ask(n)
+        self._submit_proposals(run_id, pipeline, proposals, generation)
+        return len(proposals)
+
+    def _submit_proposals(self, run_id: int, pipeline: Pipeline, proposals: list[Proposal], generation: int) -> None:
         if proposals:
             self._store_proposals(run_id, proposals, generation)
             self._submit(pipeline, [p.genome for p in proposals])
             self.state.generation = generation
-        return len(proposals)
 
     def _store_proposals(self, run_id: int, proposals: list[Proposal], generation: int) -> None:
         rows = [NewIndividual(p.genome.id, p.genome.as_dict(), generation, p.origin,
@@ -348,8 +363,8 @@ class Search:
         fitness_shape = self.workload.primary.name if self.workload else self.family.mission_shape.name
         if any(t.unstable and t.shape == fitness_shape for t in result.timings + result.anchor):
             self.state.unsteady.add(genome.id)
-        self.strategy.tell([Observation(genome, self._generation_of[genome.id], result.status.value, result.fitness_s,
-                                        shape_times)])
+        self.asker.tell([Observation(genome, self._generation_of[genome.id], result.status.value, result.fitness_s,
+                                     shape_times)])
         self._tally(genome, result.status.value, None if result.status.failed else result.fitness_s)
         if self.shapes is not None:
             self.state.workload_progress = self.shapes.progress()
