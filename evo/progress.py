@@ -8,8 +8,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from evo._config import SearchConfig
+from evo._outcome import LoopState, SearchOutcome, status_counts
 from evo.dispatch import DispatchTable
-from evo.search import LoopState, SearchConfig, SearchOutcome, status_counts
 from fitness import EvalResult, format_seconds
 from fitness.score import format_span
 from kernel_genome import Genome

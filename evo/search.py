@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -18,9 +16,9 @@ from db import NewIndividual, ParentLink, Store
 from evo._asking import BackgroundAsk
 from evo._config import SearchConfig
 from evo._heartbeat import Heartbeat
+from evo._outcome import EXIT_BUDGET_EXHAUSTED, EXIT_SPACE_EXHAUSTED, EXIT_TARGET_REACHED, LoopState, SearchOutcome, describe
 from evo._reuse import RunMemory
 from evo._workload_run import WorkloadRun
-from evo.dispatch import DispatchTable
 from evo.strategies import Observation, Proposal, Strategy, make_strategy
 from fitness import (BuildConfig, EvalConfig, EvalResult, Target, default_cache_dir, format_seconds, format_span,
                      start_ray)
@@ -29,67 +27,12 @@ from kernel_genome import Genome
 from seeds import KernelFamily, get_family, parse_workload
 from seeds._registry import family_folder
 
-EXIT_TARGET_REACHED = 0  # also: the budget ran out and no target had been set
-EXIT_BUDGET_EXHAUSTED = 3
-EXIT_SPACE_EXHAUSTED = 4
-EXIT_INTERRUPTED = 130
-
-
-@dataclass(frozen=True)
-class SearchOutcome:
-    run_id: int
-    status: str  # a run status: target_reached, budget_exhausted, ...
-    exit_code: int
-    evaluations: int
-    best_genome: Genome | None
-    best_fitness_s: float | None
-    target_s: float | None
-    anchor_s: float | None
-    wall_s: float
-    gated_genome: Genome | None = None  # the kernel that passed the hard gate (not always the fastest seen)
-    gate_times_s: tuple[float, ...] = ()  # its times in the gate's rounds
-    statuses: dict = field(default_factory=dict)  # evaluations by status value
-    dispatch: DispatchTable | None = None  # a workload run's table: per shape, the kernel or PyTorch
-    best_unsteady: bool = False  # the best time (or its anchor) would not hold still: no speedup is claimed
-    evaluators: int = 0  # evaluator processes (one per GPU, or one for a CPU family)
-    evaluated_now: int = 0  # evaluations finished in this process
-    busy: float | None = None  # the share of their time they spent evaluating (and gating)
-    reused: int = 0  # evaluations that reused an earlier run's measurement (no build, no GPU time)
-
-
-def status_counts(statuses: dict) -> str:
-    """Evaluations by outcome, most common first (ties by name): "21 ok, 3 screened out"."""
-    ordered = sorted(statuses.items(), key=lambda item: (-item[1], item[0]))
-    return ", ".join(f"{count} {status.replace('_', ' ')}" for status, count in ordered)
-
 
 class Reporter(Protocol):
     def started(self, run_id: int, family: KernelFamily, config: SearchConfig, resumed: bool) -> None: ...
     def evaluated(self, state: "LoopState", genome: Genome, result: EvalResult, generation: int) -> None: ...
     def message(self, text: str) -> None: ...
     def finished(self, outcome: SearchOutcome) -> None: ...
-
-
-@dataclass
-class LoopState:
-    """What the live display shows; all derived from what the loop has stored."""
-
-    generation: int = 0
-    submitted: int = 0
-    evaluations: int = 0
-    statuses: Counter = field(default_factory=Counter)  # evaluations by status value (ok, screened_out, ...)
-    best_genome: Genome | None = None
-    best_fitness_s: float | None = None
-    target_s: float | None = None
-    anchor_s: float | None = None
-    started: float = field(default_factory=time.monotonic)
-    workload_progress: str = ""  # a workload run's per-shape standing
-    evaluated_now: int = 0  # evaluations finished in this process (a resumed run's stored ones left out)
-    unsteady: set = field(default_factory=set)  # genomes whose timing at the fitness shape (or the anchor's) stayed unsteady
-
-    @property
-    def best_unsteady(self) -> bool:
-        return self.best_genome is not None and self.best_genome.id in self.unsteady
 
 
 class Search:
@@ -216,7 +159,7 @@ class Search:
                                       evaluated_now=self.state.evaluated_now, reused=self.memory.reused,
                                       busy=pipeline.busy_s / max(1e-9, pipeline.evaluators * (time.monotonic()
                                                                  - self.state.started)) if pipeline else None)
-        self.store.update_run(run_id, status=status, message=_describe(outcome))
+        self.store.update_run(run_id, status=status, message=describe(outcome))
         self.reporter.finished(outcome)
         return outcome
 
@@ -401,14 +344,3 @@ class Search:
         return SearchOutcome(run_id, status, exit_code, s.evaluations, s.best_genome,
                              s.best_fitness_s, s.target_s, s.anchor_s, time.monotonic() - s.started, gated, gate_times,
                              dict(s.statuses), best_unsteady=s.best_unsteady)
-
-
-def _describe(outcome: SearchOutcome) -> str:
-    reused = f", {outcome.reused} reused from earlier runs" if outcome.reused else ""
-    text = (f"{outcome.evaluations} evaluations ({status_counts(outcome.statuses) or 'none'}{reused}); "
-            f"best {format_seconds(outcome.best_fitness_s)}")
-    if outcome.target_s is not None:
-        text += f", target {format_seconds(outcome.target_s)}"
-    if outcome.dispatch is not None:
-        text += f"; {outcome.dispatch.summary()}"
-    return text
