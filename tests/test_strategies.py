@@ -186,3 +186,41 @@ def test_random_batches_stay_full_in_a_tightly_constrained_space():
         proposals = strategy.ask(8)
         assert len(proposals) == 8 and all(space.is_valid(p.genome) for p in proposals)
         strategy.tell([Observation(p.genome, 0, "ok", 1e-3) for p in proposals])
+
+
+def test_the_loop_asks_in_the_background_and_tells_only_between_asks():
+    """evo/_asking.py: while an ask runs in its thread, what the loop tells waits (the strategy is never used by
+    two threads at once); the ask's proposals come back, then the waiting observations are told."""
+    import threading
+
+    from evo._asking import BackgroundAsk
+
+    release, told = threading.Event(), []
+
+    class Slow(EvolutionStrategy):
+        def ask(self, n):
+            release.wait(10)
+            return super().ask(n)
+
+        def tell(self, observations):
+            told.append(len(observations))
+            super().tell(observations)
+
+    strategy = Slow(SPACE, seed=0, population=8)
+    strategy.add_seeds([SEED])
+    asker = BackgroundAsk(strategy)
+    asker.start(4, generation=1)
+    assert asker.asking and asker.collect() is None
+    asker.tell([Observation(SEED, 0, "ok", synthetic_time(SEED))])
+    assert told == []  # deferred while the ask runs
+    release.set()
+    while (answered := asker.collect()) is None:
+        threading.Event().wait(0.01)
+    proposals, generation = answered
+    assert len(proposals) == 4 and generation == 1 and told == [1] and not asker.asking
+    asker.tell([Observation(proposals[0].genome, 1, "ok", synthetic_time(proposals[0].genome))])
+    assert told == [1, 1]  # no ask under way: told at once
+    asker.start(2, generation=2)
+    asker.settle()  # an ask under way as the search ends: waited for, its proposals dropped
+    assert not asker.asking and asker.collect() is None
+    asker.close()
