@@ -256,6 +256,10 @@ class KernelFamily(abc.ABC):
         (see ``RuntimeFamily``); None: the family cannot be exported."""
         return None
 
+    def check_definition(self) -> None:
+        """ValueError naming the family, the item and the fix where the definition lacks something evo needs
+        (called when the family is loaded)."""
+
 
 class RuntimeFamily(KernelFamily):
     """A family whose inputs, reference, anchor, loading and launch live in a standalone runtime module
@@ -287,6 +291,23 @@ class RuntimeFamily(KernelFamily):
     """
 
     runtime: Any
+    RUNS_WITH = ("DEVICE", "make_inputs", "make_output", "reference", "anchor", "load", "launch")
+    EXPORTS_WITH = ("PUBLIC", "SCHEMA", "fake", "call_with", "USAGE")
+
+    def missing(self, names: Sequence[str]) -> list[str]:
+        """Which of ``names`` the runtime lacks (and the public function PUBLIC names, when asked for)."""
+        runtime = getattr(self, "runtime", None)
+        lacking = [name for name in names if not hasattr(runtime, name)]
+        public = getattr(runtime, "PUBLIC", None)
+        if "PUBLIC" in names and public is not None and not callable(getattr(runtime, str(public), None)):
+            lacking.append(f"{public} (the function PUBLIC names)")
+        return lacking
+
+    def check_definition(self) -> None:
+        lacking = self.missing(self.RUNS_WITH)
+        if lacking:
+            raise ValueError(f"family {self.name!r}, runtime: it lacks {', '.join(lacking)}; give the class a "
+                             f"runtime module that defines them (see RuntimeFamily in seeds/_family.py)")
 
     def make_inputs(self, shape: ProblemShape, generator: Any) -> tuple[Any, ...]:
         self.check_shape(shape)
@@ -323,6 +344,8 @@ class RuntimeFamily(KernelFamily):
         return frozenset(getattr(self.runtime, "COSTLY_ANCHORS", ()))
 
     def export_runtime(self) -> str | None:
+        if self.missing(self.EXPORTS_WITH):
+            return None
         return Path(self.runtime.__file__).read_text()
 
     def export_usage(self) -> str:

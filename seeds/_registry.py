@@ -111,6 +111,7 @@ def _cached_family(reference: str) -> KernelFamily:
                          f"e.g. ./myfamily, or package.module:ATTRIBUTE)")
     if not isinstance(family, KernelFamily):
         raise ValueError(f"family {reference!r} is not a KernelFamily instance")
+    family.check_definition()
     family.lookup_name = reference
     return family
 

@@ -101,3 +101,16 @@ def test_a_family_without_a_runtime_module_is_refused_in_one_line(tmp_path, caps
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cannot be exported" in err and "RuntimeFamily" in err, err
     assert not out.exists()
+
+
+def test_a_runtime_without_the_ops_public_function_is_refused_in_one_line(tmp_path, capsys):
+    from tests.exporting import recorded_pass, store_evaluation
+    from tests.families.no_public import FAMILY as NO_PUBLIC
+
+    genome = NO_PUBLIC.seed_genomes[0]
+    store_evaluation(tmp_path / "evo.db", "tests.families.no_public:FAMILY", genome,
+                     recorded_pass(genome, NO_PUBLIC.shapes))
+    assert main(["export", "1", "--db", str(tmp_path / "evo.db"), "--out", str(tmp_path / "op")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "its runtime lacks PUBLIC, SCHEMA, fake, call_with, USAGE" in err, err
+    assert not (tmp_path / "op").exists()

@@ -98,6 +98,8 @@ def test_a_family_folder_is_found_by_its_path_and_named_absolutely(tmp_path, mon
     ("import no_such_module_anywhere\n", "spec.py raised ModuleNotFoundError"),
     ("X = 1\n", "defines no FAMILY"),
     ("FAMILY = 42\n", "is not a KernelFamily instance"),
+    ("import types\nfrom seeds.cpu_gemm.spec import CpuGemm\nclass Bad(CpuGemm):\n    runtime = types.SimpleNamespace("
+     "DEVICE='cpu')\nFAMILY = Bad()\n", "runtime: it lacks make_inputs, make_output, reference, anchor, load, launch"),
 ])
 def test_a_broken_family_folder_is_one_line_and_exit_2(spec, message, tmp_path, monkeypatch, capsys):
     demo_folder(tmp_path, spec=spec)
