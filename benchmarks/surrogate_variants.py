@@ -21,7 +21,8 @@ SPACES = ("convolution_RTX3090", "dedispersion_W7800", "gemm_RTX3090")
 def options_of(variant: str) -> dict[str, float]:
     """``"kappa=0.5 warmup=8"`` -> {"kappa": 0.5, "warmup": 8}."""
     pairs = (item.split("=") for item in variant.split())
-    return {name: (int(value) if value.isdigit() else float(value)) for name, value in pairs}
+    return {name: (int(value) if value.isdigit() else value if value.isalpha() else float(value))
+            for name, value in pairs}
 
 
 def main() -> None:

@@ -1,9 +1,12 @@
 """Evolution guided by a learned cost model, in the manner of TVM MetaSchedule's evolutionary search: a
 model trained on every evaluation so far picks which of many candidate genomes are worth a GPU's time.
 
-Until ``warmup`` evaluations have succeeded it is ``evolution``. Then, for each batch, a random forest
-(evo.strategies._forest) is fitted on all evaluations: a genome is its knobs' value positions, the target its log
-time; a failure is learned as twice the slowest success, so the model steers away from what fails. The
+Until ``warmup`` evaluations have succeeded it asks random genomes (``initial``), so that the model first
+sees the whole space rather than the seed's neighbourhood; a run warm-started from earlier runs' best genomes
+(more than one seed) breeds from them instead, as ``initial = "evolution"`` always does. Then, for each
+batch, a random forest (evo.strategies._forest) is fitted on all evaluations: a genome is its knobs' value
+positions, the target its log time; a failure is learned as twice the slowest success, so the model steers
+away from what fails. The
 candidates are every unseen valid genome where the space lists its members or is small enough to
 enumerate, else many children of the best genomes (mutations of one to three knobs, crossovers).
 A candidate scores the forest's mean less ``kappa`` times the spread of its trees (a lower confidence
@@ -37,6 +40,7 @@ class SurrogateOptions(EvolutionOptions):
     explore: float = 0.125  # share of each batch left to evolution's own children
     trees: int = 40
     candidates: int = 10  # candidates bred per genome asked (where the space is not scored whole; a repair costs ms)
+    initial: str = "random"  # the warm-up's asks: random genomes (replay: 86% over 60 seeds, against 82%) or "evolution"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -46,6 +50,8 @@ class SurrogateOptions(EvolutionOptions):
             raise ValueError(f"kappa must be >= 0, got {self.kappa}")
         if not 0.0 <= self.explore <= 1.0:
             raise ValueError(f"explore must be within [0, 1], got {self.explore}")
+        if self.initial not in ("random", "evolution"):
+            raise ValueError(f"initial must be random or evolution, got {self.initial!r}")
         if self.trees < 1 or self.candidates < 1:
             raise ValueError(f"trees and candidates must be >= 1, got {self.trees} and {self.candidates}")
 
@@ -60,7 +66,11 @@ class SurrogateStrategy(EvolutionStrategy):
 
     def ask(self, n: int) -> list[Proposal]:
         observed = list(self.observations.values())
-        if self.niches or sum(1 for o in observed if o.fitness_s is not None) < self.options.warmup:
+        if self.niches:
+            return super().ask(n)
+        if sum(1 for o in observed if o.fitness_s is not None) < self.options.warmup:
+            if self.options.initial == "random" and len(self.seed_genomes) <= 1:  # no warm start to breed from
+                return self.random_proposals(n, self.rng())
             return super().ask(n)
         rng = self.rng()
         candidates = self._candidates(n, rng)
