@@ -224,3 +224,15 @@ def test_the_loop_asks_in_the_background_and_tells_only_between_asks():
     asker.settle()  # an ask under way as the search ends: waited for, its proposals dropped
     assert not asker.asking and asker.collect() is None
     asker.close()
+
+
+def test_the_surrogates_random_warm_up_asks_random_genomes_until_the_model_has_enough():
+    strategy = make_strategy("surrogate", SPACE, seed=0, population=8, options={"initial": "random", "warmup": 2})
+    strategy.add_seeds([SEED])
+    first = strategy.ask(8)
+    assert {p.origin for p in first} == {"random"} and all(not p.parents for p in first)
+    strategy.tell([Observation(p.genome, 0, "ok", synthetic_time(p.genome)) for p in first])
+    assert sum(synthetic_time(p.genome) is not None for p in first) >= 2
+    assert "model" in {p.origin for p in strategy.ask(8)}  # the warm-up's successes in: the forest chooses
+    with pytest.raises(ValueError, match="initial must be random or evolution"):
+        make_strategy("surrogate", SPACE, seed=0, population=8, options={"initial": "sobol"})
