@@ -86,11 +86,9 @@ def export_run(store: Store, run_id: int, individual_id: int | None, out: Path) 
 
 
 def _check_target(family, out: Path) -> None:
-    if family.export_runtime() is None:
-        lacking = family.missing(family.EXPORTS_WITH) if hasattr(family, "missing") else []
-        why = (f"its runtime lacks {', '.join(lacking)} (the op's public function)" if lacking
-               else "it has no standalone runtime module (write it as a RuntimeFamily)")
-        raise ValueError(f"family {family.name} cannot be exported: {why}; see docs/FAMILIES.md")
+    problem = family.export_problem()
+    if problem:
+        raise ValueError(f"family {family.name} cannot be exported: {problem}; see docs/FAMILIES.md")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"--out {out} exists and is not an empty directory")
     if not out.exists() and not out.resolve().parent.is_dir():

@@ -251,9 +251,13 @@ class KernelFamily(abc.ABC):
     def knob_summary(self) -> list[tuple[str, str]]:
         return [(k.name, k.describe()) for k in self.space.knobs]
 
+    def export_problem(self) -> str | None:
+        """Why `evo export` cannot package this family's kernels (None: it can)."""
+        return "it has no standalone runtime module (write it as a RuntimeFamily)"
+
     def export_runtime(self) -> str | None:
         """The text of the family's standalone runtime module, which `evo export` ships as evo_family.py
-        (see ``RuntimeFamily``); None: the family cannot be exported."""
+        (see ``RuntimeFamily``); None where ``export_problem`` says why not."""
         return None
 
     def check_definition(self) -> None:
@@ -343,10 +347,12 @@ class RuntimeFamily(KernelFamily):
     def costly_anchors(self) -> frozenset[str]:  # type: ignore[override]
         return frozenset(getattr(self.runtime, "COSTLY_ANCHORS", ()))
 
+    def export_problem(self) -> str | None:
+        lacking = self.missing(self.EXPORTS_WITH)
+        return f"its runtime lacks {', '.join(lacking)} (the op's public function)" if lacking else None
+
     def export_runtime(self) -> str | None:
-        if self.missing(self.EXPORTS_WITH):
-            return None
-        return Path(self.runtime.__file__).read_text()
+        return None if self.export_problem() else Path(self.runtime.__file__).read_text()
 
     def export_usage(self) -> str:
         return self.runtime.USAGE

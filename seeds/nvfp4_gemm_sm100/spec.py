@@ -19,7 +19,7 @@ from pathlib import Path
 
 from kernel_genome import Constraint, IntRange, PowerOfTwo, Space
 from seeds._blackwell import sm100_recipe, warp_role_knobs
-from seeds._family import BuildRecipe, ProblemShape, ScreenLimits
+from seeds._family import BuildRecipe, KernelFamily, ProblemShape, ScreenLimits
 from seeds.nvfp4_gemm.spec import Nvfp4Gemm
 
 HERE = Path(__file__).parent
@@ -90,8 +90,8 @@ class Nvfp4GemmSm100(Nvfp4Gemm):
     compute_capability = (10, 0)
     screen_limits = ScreenLimits()
 
-    def export_runtime(self) -> None:
-        return None  # the Hopper family's runtime launches the Hopper kernel
+    def export_problem(self) -> str | None:  # the Hopper family's runtime launches the Hopper kernel
+        return KernelFamily.export_problem(self)
 
     def build_recipe(self, genome) -> BuildRecipe:
         g = genome.as_dict()

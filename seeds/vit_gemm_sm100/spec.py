@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kernel_genome import Constraint, IntRange, PowerOfTwo, Space
 from seeds._blackwell import sm100_recipe, warp_role_knobs
-from seeds._family import BuildRecipe, ScreenLimits
+from seeds._family import BuildRecipe, KernelFamily, ScreenLimits
 from seeds.vit_gemm.spec import VitGemm
 
 HERE = Path(__file__).parent
@@ -61,8 +61,8 @@ class VitGemmSm100(VitGemm):
                       DESC_BROADCAST=int(g["desc_broadcast"]))
         return sm100_recipe(SOURCE, macros)
 
-    def export_runtime(self) -> None:
-        return None  # the Hopper family's runtime launches the Hopper kernel
+    def export_problem(self) -> str | None:  # the Hopper family's runtime launches the Hopper kernel
+        return KernelFamily.export_problem(self)
 
     def takes(self, genome, shape) -> bool:
         return shape["n"] % 8 == 0  # 16-byte rows of C and pos for the TMA
