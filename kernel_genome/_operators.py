@@ -52,7 +52,7 @@ def sample(space: Space, rng: random.Random, *, max_tries: int = 2000) -> Genome
         return rng.choice(valid)
     candidate = None
     for _ in range(max_tries):
-        candidate = Genome.from_mapping({k.name: k.sample(rng) for k in space.knobs})
+        candidate = space.canonical(Genome.from_mapping({k.name: k.sample(rng) for k in space.knobs}))
         if space.is_valid(candidate):
             return candidate
     repaired = repair(space, candidate, rng)
@@ -68,7 +68,8 @@ def mutate(space: Space, parent: Genome, rng: random.Random, *, strength: int = 
     The child always differs from the parent in at least one knob (when the space allows);
     an invalid child is repaired towards the nearest valid genome.
     """
-    movable = [k for k in space.knobs if len(k.values) > 1]
+    held = space.inactive(parent.as_dict())  # knobs the parent's kernel does not read: moving them changes nothing
+    movable = [k for k in space.knobs if len(k.values) > 1 and k.name not in held]
     if not movable:
         raise NoValidGenome("no knob has more than one value")
     chosen = rng.sample(movable, min(max(1, strength), len(movable)))
@@ -92,12 +93,13 @@ def crossover(space: Space, first: Genome, second: Genome, rng: random.Random) -
 
 
 def _finish(space: Space, child: Genome, parents, operators, rng) -> Offspring:
+    child = space.canonical(child)
     if space.is_valid(child):
         return Offspring(child, parents, operators)
     repaired = repair(space, child, rng)
     if repaired is None:
         raise NoValidGenome(f"could not repair child {child}")
-    return Offspring(repaired, parents, operators + ("repair",))
+    return Offspring(space.canonical(repaired), parents, operators + ("repair",))
 
 
 def repair(space: Space, genome: Genome, rng: random.Random, *, max_changed: int = 3,

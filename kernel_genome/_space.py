@@ -52,9 +52,13 @@ class Space:
     """
 
     def __init__(self, knobs: list[Knob] | tuple[Knob, ...], constraints=(),
-                 added_later: Mapping[str, KnobValue] | None = None, members=None) -> None:
+                 added_later: Mapping[str, KnobValue] | None = None, members=None,
+                 inactive: Callable[[Mapping[str, KnobValue]], Mapping[str, KnobValue]] | None = None) -> None:
         """``members``: where only some listed settings exist (the configurations a table of measurements
-        holds), those settings; every other genome is invalid, and sampling draws from them."""
+        holds), those settings; every other genome is invalid, and sampling draws from them.
+        ``inactive``: given a genome's values, the knobs its kernel does not read (e.g. the knobs of
+        another design), each with the value a genome holds there: genomes that differ only in them are
+        one genome (``canonical``), and mutation leaves them alone."""
         names = [k.name for k in knobs]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -67,6 +71,7 @@ class Space:
         self._members: tuple[Genome, ...] | None = None
         self._member_ids: frozenset[str] = frozenset()
         self._valid_members: tuple[Genome, ...] | None = None
+        self._inactive = inactive
         if members is not None:
             self._members = tuple(self.genome(values) for values in members)
             self._member_ids = frozenset(g.id for g in self._members)
@@ -123,7 +128,18 @@ class Space:
         missing = [n for n in self._knobs if n not in values]
         if missing:
             raise ValueError(f"genome is missing knob(s) {missing}")
-        return Genome.from_mapping({n: k.validate(values[n]) for n, k in self._knobs.items()})
+        return self.canonical(Genome.from_mapping({n: k.validate(values[n]) for n, k in self._knobs.items()}))
+
+    def inactive(self, values: Mapping[str, KnobValue]) -> Mapping[str, KnobValue]:
+        """The knobs this setting's kernel does not read, with the values they are held at."""
+        return self._inactive(values) if self._inactive is not None else {}
+
+    def canonical(self, genome: Genome) -> Genome:
+        """The genome with its inactive knobs at their held values (itself when they are already)."""
+        held = self.inactive(genome.as_dict())
+        if all(genome[name] == value for name, value in held.items()):
+            return genome
+        return genome.replace(**held)
 
     def genome_from_json(self, text: str) -> Genome:
         try:

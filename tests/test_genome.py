@@ -171,3 +171,23 @@ def test_a_recorded_space_holds_only_its_members_and_samples_from_them():
     assert {sample(space, rng).as_dict()["a"] for _ in range(50)} == {1, 4, 8}
     child = mutate(space, space.genome(members[0]), rng).genome
     assert space.is_valid(child)  # repaired to the nearest member where the move leaves them
+
+
+def test_knobs_another_design_leaves_unread_are_held_and_never_mutated():
+    """A space's ``inactive`` knobs (those a setting's kernel does not read) are held at one value, so
+    genomes that differ only in them are one genome, and mutation moves only knobs the kernel reads."""
+    design = Space([Boolean("fused"), PowerOfTwo("tile", 16, 128), Choice("engine", ("fma", "mma")), IntRange("depth", 1, 4)],
+                   inactive=lambda v: {"engine": "fma", "depth": 1} if v["fused"] else {})
+    fused = design.genome(dict(fused=True, tile=32, engine="mma", depth=3))
+    assert fused == design.genome(dict(fused=True, tile=32, engine="fma", depth=1))  # one genome, one id
+    assert fused["engine"] == "fma" and fused["depth"] == 1
+    assert design.genome(dict(fused=False, tile=32, engine="mma", depth=3))["engine"] == "mma"  # read: kept
+    rng = random.Random(0)
+    for _ in range(50):
+        child = kg.mutate(design, fused, rng).genome
+        assert child == design.canonical(child) and child != fused
+        assert child.differing_knobs(fused) in (("tile",), ("fused",), ("engine", "fused"), ("depth", "fused"),
+                                                ("depth", "engine", "fused"))
+    for seed in range(20):
+        sampled = kg.sample(design, random.Random(seed))
+        assert sampled == design.canonical(sampled)

@@ -73,7 +73,7 @@ class OptunaStrategy(Strategy):
         rejected = None
         for _ in range(MAX_REJECTED):
             trial = self.study.ask(self.distributions)
-            genome = Genome.from_mapping(trial.params)
+            genome = self.space.canonical(Genome.from_mapping(trial.params))
             if genome.id not in self.seen and self.space.is_valid(genome):
                 self.seen.add(genome.id)
                 self._trials[genome.id] = trial
