@@ -245,6 +245,18 @@ def tensor_map(tensor, box_rows: int, *, swizzled: bool) -> TensorMapBytes:
     return _encode(tensor, [d, s, heads], [d * 2, s * d * 2], [d, box_rows, 1], swizzled)
 
 
+def panel_map(tensor, box_rows: int) -> TensorMapBytes:
+    """TMA descriptor of a contiguous fp16 or bf16 [..., S, D] tensor seen as [rows of all heads][S][D],
+    boxes of ``box_rows`` rows x 64 columns (one 128-byte panel; a D = 128 tile is two boxes, at columns
+    0 and 64), 128-byte swizzle; rows past S read as zeros."""
+    if tensor.dim() < 2 or tensor.shape[-1] % 64:
+        raise ValueError("panel_map needs a tensor of at least 2 dimensions whose rows are multiples of 64")
+    s, d = tensor.shape[-2], tensor.shape[-1]
+    heads = tensor.numel() // (s * d)
+    size = tensor.element_size()
+    return _encode(tensor, [d, s, heads], [d * size, s * d * size], [64, box_rows, 1], True)
+
+
 def matrix_map(tensor, box_columns: int, box_rows: int, *, swizzled: bool) -> TensorMapBytes:
     """TMA descriptor of a contiguous row-major matrix [rows, columns] whose rows are multiples of
     16 bytes, boxes of ``box_rows`` x ``box_columns``; ``swizzled``: the 128-byte swizzle (a box

@@ -200,6 +200,10 @@ class KernelFamily(abc.ABC):
     def check_shape(self, shape: ProblemShape) -> None:
         """ValueError naming what the family's kernels cannot take in ``shape`` (beyond ``validate_shape``)."""
 
+    def dimension_defaults(self, dims: Mapping[str, int]) -> dict[str, int]:
+        """Values of the dimensions a workload file may leave out, given those it names (default: none)."""
+        return {}
+
     def takes(self, genome: Genome, shape: ProblemShape) -> bool:
         """Whether this genome's kernel can run ``shape`` at all (default: every kernel takes every shape the
         family takes). A workload search skips a shape a genome cannot take; its op runs PyTorch there."""

@@ -117,13 +117,20 @@ def _cached_family(reference: str) -> KernelFamily:
 
 
 def _retargeted(family: KernelFamily, mission: str, reference: str) -> KernelFamily:
-    """A copy of ``family`` whose mission shape is ``mission`` (the family object itself is shared
-    by every search of its default mission, so it is left as it is)."""
+    """A copy of ``family`` whose mission shape is ``mission``: one of its shapes, or one of its workloads'
+    shapes, which then joins its shapes (the family object itself is shared by every search of its
+    default mission, so it is left as it is)."""
     names = [s.name for s in family.shapes]
-    if mission not in names:
-        raise ValueError(f"family {family.name!r} has no shape {mission!r}; its shapes: {', '.join(names)}")
+    shapes = family.shapes
+    if mission not in names:  # a shape of one of its workloads joins the shapes every kernel is verified on
+        extra = next((s for w in family.workloads for s in w.shapes if s.name == mission), None)
+        if extra is None:
+            workload_names = sorted({s.name for w in family.workloads for s in w.shapes})
+            raise ValueError(f"family {family.name!r} has no shape {mission!r}; its shapes: {', '.join(names)}"
+                             + (f"; its workloads' shapes: {', '.join(workload_names)}" if workload_names else ""))
+        shapes = shapes + (extra,)
     retargeted = copy.copy(family)
-    retargeted.shapes = tuple(dataclasses.replace(s, mission=s.name == mission) for s in family.shapes)
+    retargeted.shapes = tuple(dataclasses.replace(s, mission=s.name == mission) for s in shapes)
     retargeted.lookup_name = reference
     return retargeted
 

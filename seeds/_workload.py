@@ -131,6 +131,7 @@ def _parse_entry(family: "KernelFamily", entry: Any, where: str) -> tuple[Proble
         if not isinstance(value, int):
             raise ValueError(f"{where}: dimension {key!r} must be a whole number, got {value!r}")
         dims[key] = value
+    dims = {k: v for k, v in family.dimension_defaults(dims).items() if k not in dims} | dims
     ordered = {k: dims[k] for k in family.dimensions if k in dims} | dims  # the family's order first
     return ProblemShape(name or shape_label(ordered), tuple(ordered.items())), float(weight)
 
