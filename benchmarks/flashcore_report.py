@@ -2,12 +2,16 @@
 
     python benchmarks/flashcore_report.py --db evo.db --run 3             # the run's best kernel
     python benchmarks/flashcore_report.py --genome '{"block_m": 64, ...}'  # any genome(s)
-    python benchmarks/flashcore_report.py --seed --shapes 1,8,512,64 4,16,4096,128
+    python benchmarks/flashcore_report.py --seed --shapes 1,8,512,64 4,16,4096,128 2,16,2048,128,causal \
+        1,32/8,8192,128,causal,bf16      # H/H_kv: grouped K/V heads; causal, bf16: flags
 
 Each genome is built, verified on every shape of the family's set (as in a search) and on
 every report shape (against the float32 math reference, output poisoned first), then timed
-at each report shape with the evaluator's CUDA-graph timing; cuDNN SDPA (torch's default
-backend) and FA2 (SDPA's FLASH_ATTENTION backend) are timed the same way in the same process.
+at each report shape with the evaluator's CUDA-graph timing; torch SDPA (its default backend:
+cuDNN on the H100) and FA2 (SDPA's FLASH_ATTENTION backend) are timed the same way in the same
+process. At a grouped-head shape SDPA runs with enable_gqa (the backend it picks then), and cuDNN
+is also timed at the same shape with every query head's own K/V head ("cuDNN MHA": the same
+FLOPs, H / H_kv times the K/V bytes), since torch's cuDNN backend does not take grouped heads.
 Prints one Markdown table for docs/BENCHMARKS.md.
 """
 
@@ -29,17 +33,34 @@ DEFAULT_SHAPES = ("1,8,512,64", "4,16,4096,64", "4,16,4096,128")
 
 
 def parse_shape(text: str):
+    """B,H,S,D or B,H/H_kv,S,D, then optional flags causal and bf16."""
+    parts = text.split(",")
+    flags = set(parts[4:])
     try:
-        b, h, s, d = (int(part) for part in text.split(","))
-    except ValueError:
-        raise SystemExit(f"--shapes: {text!r} is not B,H,S,D") from None
-    return attention_shape(f"{b}x{h}x{s}x{d}", b, h, s, d)
+        heads, _, kv_heads = parts[1].partition("/")
+        b, h, s, d = int(parts[0]), int(heads), int(parts[2]), int(parts[3])
+        h_kv = int(kv_heads) if kv_heads else h
+    except (ValueError, IndexError):
+        raise SystemExit(f"--shapes: {text!r} is not B,H[/H_kv],S,D[,causal][,bf16]") from None
+    if flags - {"causal", "bf16"}:
+        raise SystemExit(f"--shapes: {text!r}: unknown flags {sorted(flags - {'causal', 'bf16'})}")
+    return attention_shape(text.replace(",", "x"), b, h, s, d, causal="causal" in flags, h_kv=h_kv,
+                           bf16="bf16" in flags)
+
+
+def _cudnn(dims, inputs):
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        return torch.nn.functional.scaled_dot_product_attention(*inputs, is_causal=bool(dims["causal"]))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_genome_arguments(parser)
-    parser.add_argument("--shapes", nargs="+", default=list(DEFAULT_SHAPES), help="B,H,S,D (non-causal)")
+    parser.add_argument("--shapes", nargs="+", default=list(DEFAULT_SHAPES),
+                        help="B,H[/H_kv],S,D[,causal][,bf16]")
     parser.add_argument("--json", help="also write the rows as JSON here")
     args = parser.parse_args()
 
@@ -66,6 +87,11 @@ def main() -> None:
     anchors = {"cuDNN": family.anchor, **{"FA2": run for run in family.secondary_anchors().values()}}
     anchor_times = {(name, s.name): evaluator.time_anchor(run, s).median_s for s in shapes
                     for name, run in anchors.items()}
+    for s in shapes:  # cuDNN where torch's cuDNN backend cannot take the shape's grouped heads
+        if s["h_kv"] != s["h"]:
+            mha = attention_shape(s.name + "-mha", s["b"], s["h"], s["s"], s["d"], causal=bool(s["causal"]),
+                                  bf16=bool(s["bf16"]))
+            anchor_times[("cuDNN MHA", s.name)] = evaluator.time_anchor(_cudnn, mha).median_s
     rows = []
     for genome in genomes:
         done = evaluated(family, genome, builder, evaluator)
@@ -87,6 +113,11 @@ def main() -> None:
             rows.append(row)
 
     print(f"\n{evaluator.describe()}")
+    for s in shapes:
+        if ("cuDNN MHA", s.name) in anchor_times:
+            seconds = anchor_times[("cuDNN MHA", s.name)]
+            print(f"{s.name}: cuDNN MHA (H / H_kv copies of K/V) {format_seconds(seconds)}, "
+                  f"{family.flops(s) / seconds / 1e12:.0f} TFLOP/s")
     print("| genome | shape | max abs err | kernel | TFLOP/s | cuDNN | TFLOP/s | FA2 | TFLOP/s "
           "| kernel / cuDNN time | kernel / FA2 time |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")

@@ -1,6 +1,9 @@
 """FlashCore: every knob value compiles for sm_90a and passes the ptxas screen (CPU CI, with nvcc);
 sampled genomes are correct on every shape of the set (GPU)."""
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from fitness import BuildConfig, Builder, EvalConfig, Evaluator, Status, screen
@@ -37,6 +40,15 @@ WGMMA_PADDED = MISSION.replace(wgmma_d64=True, warps_d64=8)
 TMA_STAGES = MISSION.replace(tma_stages_d64=True)
 OVERLAP = TMA_STAGES.replace(overlap_tiles=True)
 WGMMA_ROWS = FA2_LIKE.replace(block_n_d64=128, wgmma_d64=True, kv_loads="cp_async3", block_n_d128=32, warps_d128=4)
+# FlashAttention-3's design (flashcore_ws.cuh): a producer warpgroup, two consumer warpgroups of 64 rows,
+# 128-key tiles, 2 stages, registers moved to the consumers; with the softmax beside P V within a
+# warpgroup, and the two consumers in ping-pong (3 stages, the longest causal blocks first); one consumer
+# of 64-key tiles
+WARP_SPECIALIZED = FAMILY.seed_genomes[0].replace(
+    warp_specialized=True, block_m=128, block_n_d64=128, block_n_d128=128, kv_loads="cp_async2", ws_registers=True)
+WS_OVERLAP = WARP_SPECIALIZED.replace(ws_overlap=True)
+WS_PINGPONG = WS_OVERLAP.replace(ws_pingpong=True, ws_heavy_first=True, kv_loads="cp_async3")
+WS_ONE_CONSUMER = WARP_SPECIALIZED.replace(block_m=64, ws_registers=False, block_n_d64=64, block_n_d128=64)
 
 
 def test_covering_sample_covers_every_value():
@@ -57,7 +69,8 @@ def test_every_knob_value_compiles_and_the_design_points_pass_the_screen(cache_d
     for genome in [FAMILY.seed_genomes[0], FA2_LIKE, LARGE_TILES, FA2_LIKE.replace(block_m=16, kv_split=4),
                    SHARED_STAGES, GRID_SPLIT, MISSION, ANNOUNCED, WGMMA_PADDED, WGMMA_ROWS,
                    WGMMA_ROWS.replace(block_n_d64=64), WGMMA_PADDED.replace(kv_loads="plain"), TMA_STAGES, OVERLAP,
-                   OVERLAP.replace(kv_loads="cp_async2", q_in_registers=False), TMA_STAGES.replace(wgmma_d64=True, warps_d64=8)]:
+                   OVERLAP.replace(kv_loads="cp_async2", q_in_registers=False), TMA_STAGES.replace(wgmma_d64=True, warps_d64=8),
+                   WARP_SPECIALIZED, WS_OVERLAP, WS_PINGPONG, WS_ONE_CONSUMER]:
         recipe = FAMILY.build_recipe(genome)
         result = screen(builder.build(genome.id, recipe), recipe.output, FAMILY.screen_limits)
         assert result.status is Status.OK, f"{genome}: {result.message}"
@@ -108,6 +121,53 @@ def test_constraints_exclude_what_the_kernel_cannot_build():
     assert not space.is_valid(TMA_STAGES.replace(block_m=64, cluster_kv_split=2))  # the block alone on its rows
     assert not space.is_valid(TMA_STAGES.replace(block_n_d64=128, kv_split=4, warps_d64=8))  # 512 rows: not one box
     assert not space.is_valid(OVERLAP.replace(wgmma_d64=True, warps_d64=8))  # mma.sync fragments only
+
+
+def test_the_warp_specialized_design_reads_its_own_knobs_only():
+    from seeds.flashcore.plan import grid, grid_workspace, shared_bytes, warps
+    from seeds.flashcore.runtime import takes
+
+    space = FAMILY.space
+    assert all(space.is_valid(g) for g in (WARP_SPECIALIZED, WS_OVERLAP, WS_PINGPONG, WS_ONE_CONSUMER))
+    assert not space.is_valid(WARP_SPECIALIZED.replace(block_m=32))  # consumer warpgroups of 64 rows
+    assert not space.is_valid(WARP_SPECIALIZED.replace(kv_loads="plain"))  # a ring of 2 or 3 stages
+    assert not space.is_valid(WS_ONE_CONSUMER.replace(ws_pingpong=True))  # ping-pong takes two consumers
+    assert not space.is_valid(FAMILY.seed_genomes[0].replace(ws_overlap=True))  # a knob of the design
+    # the classic design's knobs are held at the seed's values: one genome, whatever they were set to
+    assert space.genome(dict(WARP_SPECIALIZED.as_dict(), qk="mma", warps_d64=8, kv_split=2)) == WARP_SPECIALIZED
+    assert space.genome(dict(FA2_LIKE.as_dict(), warp_specialized=True)).as_dict()["softmax"] == "smem"
+    # a producer warpgroup and two consumers; Q, then 2 stages of K and V, then 9 mbarriers
+    assert warps(WARP_SPECIALIZED, 64) == 12 and warps(WS_ONE_CONSUMER, 128) == 8
+    assert shared_bytes(WARP_SPECIALIZED, 128) == 128 * 128 * 2 + 2 * 2 * 128 * 128 * 2 + 128
+    assert grid(WARP_SPECIALIZED, 300, 8, 64) == (3, 8) and grid_workspace(WARP_SPECIALIZED, 300, 8, 64) == (0, 0)
+    # bf16 and grouped K/V heads: only the warp-specialised kernels take them
+    gqa_bf16 = dict(b=1, h=32, s=512, d=128, causal=1, h_kv=8, bf16=1)
+    assert takes(WARP_SPECIALIZED.as_dict(), gqa_bf16) and not takes(FA2_LIKE.as_dict(), gqa_bf16)
+    assert not takes(FA2_LIKE.as_dict(), dict(gqa_bf16, h_kv=32)) and takes(FA2_LIKE.as_dict(), dict(gqa_bf16, h_kv=32, bf16=0))
+    with pytest.raises(ValueError, match="multiple of the K/V heads"):
+        FAMILY.check_shape(shape("odd", b=1, h=12, s=64, d=64, causal=0, h_kv=5, bf16=0))
+
+
+def test_a_mission_may_be_a_shape_of_the_family_s_workloads():
+    family = get_family("flashcore@h16_s4096_d128_b4")
+    assert family.mission_shape.name == "h16_s4096_d128_b4" and family.mission_shape["d"] == 128
+    assert [s.name for s in family.shapes[:6]] == [s.name for s in FAMILY.shapes]  # still verified on all of them
+    with pytest.raises(ValueError, match="its workloads' shapes: .*h16_s4096_b4"):
+        get_family("flashcore@nowhere")
+
+
+def test_a_workload_file_may_leave_out_the_k_v_heads_and_the_element_type(tmp_path):
+    from seeds._workload import load_workload_file
+
+    file = tmp_path / "llama.toml"
+    file.write_text('[workload]\nshapes = [ { name = "mha", b = 1, h = 8, s = 256, d = 64, causal = 0 },\n'
+                    '  { name = "gqa", b = 1, h = 32, h_kv = 8, s = 512, d = 128, causal = 1, bf16 = 1 } ]\n')
+    workload = load_workload_file(FAMILY, file)
+    assert dict(workload.shapes[0].dims) == dict(b=1, h=8, s=256, d=64, causal=0, h_kv=8, bf16=0)
+    assert workload.shapes[1]["h_kv"] == 8 and workload.shapes[1]["bf16"] == 1
+    file.write_text('[workload]\nshapes = [ { b = 1, h = 12, h_kv = 5, s = 256, d = 64, causal = 0 } ]\n')
+    with pytest.raises(ValueError, match="multiple of the K/V heads"):
+        load_workload_file(FAMILY, file)
 
 
 def test_shared_stages_launch_whole_clusters_at_d64_only():
@@ -175,7 +235,7 @@ def test_sampled_genomes_are_correct_on_every_shape(tmp_path):
                    CLUSTER_SPLIT.replace(cluster_kv_split=4), CLUSTER_WARP_SPLIT, TMA_STAGES, OVERLAP,
                    OVERLAP.replace(kv_loads="cp_async2", q_in_registers=False), OVERLAP.replace(block_n_d64=64),
                    TMA_STAGES.replace(layout="plain", block_m=64), TMA_STAGES.replace(wgmma_d64=True, warps_d64=8),
-                   *covering_sample(FAMILY.space, seed=1)]:
+                   WARP_SPECIALIZED, WS_OVERLAP, WS_PINGPONG, WS_ONE_CONSUMER, *covering_sample(FAMILY.space, seed=1)]:
         recipe = FAMILY.build_recipe(genome)
         build = builder.build(genome.id, recipe)
         result = evaluator.evaluate(genome, build, screen(build, recipe.output, FAMILY.screen_limits))
@@ -191,6 +251,19 @@ def test_sampled_genomes_are_correct_on_every_shape(tmp_path):
     anchor = {t.shape: t.median_s for t in evaluator.anchor_timings()}
     print("anchor (SDPA default) per shape, us:", {k: round(v * 1e6, 1) for k, v in anchor.items()})
     assert anchor["mission"] < 30e-6  # graph replays: the kernel, not Python's launch overhead
+
+
+@pytest.mark.gpu
+def test_warp_specialized_kernels_take_bf16_grouped_heads_causal_and_ragged_shapes():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from _reporting import launch_each
+
+    shapes = [shape("gqa_bf16", b=1, h=8, s=700, d=128, causal=1, h_kv=2, bf16=1),
+              shape("mqa_bf16", b=2, h=4, s=333, d=64, causal=0, h_kv=1, bf16=1),
+              shape("gqa_fp16", b=1, h=4, s=1100, d=128, causal=1, h_kv=2, bf16=0),
+              shape("tiny", b=1, h=2, s=5, d=64, causal=1, h_kv=2, bf16=0)]
+    launch_each(FAMILY, {"ws": WARP_SPECIALIZED, "overlap": WS_OVERLAP, "ping-pong": WS_PINGPONG,
+                         "one consumer": WS_ONE_CONSUMER}, shapes, max_abs_error=0.02)
 
 
 @pytest.mark.gpu

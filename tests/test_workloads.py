@@ -25,7 +25,7 @@ def test_every_family_ships_workloads_its_shapes_can_take():
         for workload in family.workloads:
             parse_workload(family, workload.to_dict(), "test")  # checked against the family, and round-trips
     prefill = get_family("flashcore").workload("prefill")
-    dims = {tuple(dict(s.dims).values()) for s in prefill.shapes}
+    dims = {tuple(dict(s.dims).values())[:5] for s in prefill.shapes}
     assert len(prefill.shapes) >= 16
     for required in ((4, 16, 4096, 64, 0), (4, 16, 4096, 128, 0), (16, 16, 512, 64, 0), (2, 16, 2048, 128, 1),
                      (1, 32, 1024, 128, 1), (8, 12, 197, 64, 0)):

@@ -24,9 +24,26 @@ def block_n(g, head_dim: int) -> int:
     return g[f"block_n_d{head_dim}"]
 
 
-def warps(g, head_dim: int) -> int:
-    """Warps per block of the kernel for this head dimension."""
+def warp_specialized(g) -> bool:
+    """Whether the genome is the warp-specialised design (flashcore_ws.cuh): a producer warpgroup and
+    block_m / 64 consumer warpgroups; the classic design's other knobs are not read."""
+    try:
+        return bool(g["warp_specialized"])
+    except KeyError:  # a genome stored before the design existed
+        return False
+
+
+def classic_warps(g, head_dim: int) -> int:
+    """Warps per block of the classic design's kernel for this head dimension (its knob)."""
     return g[f"warps_d{head_dim}"]
+
+
+def warps(g, head_dim: int) -> int:
+    """Warps per block of the kernel for this head dimension: the classic design's knob, or a producer
+    warpgroup and block_m / 64 consumer warpgroups."""
+    if warp_specialized(g):
+        return 4 * (g["block_m"] // 64 + 1)
+    return classic_warps(g, head_dim)
 
 
 def kv_rows(g, head_dim: int) -> int:
@@ -42,11 +59,15 @@ def uses_wgmma(g, head_dim: int) -> bool:
 def rows_per_warp(g, head_dim: int) -> int:
     """Query rows a warp owns on the fused path (warps sharing rows split the keys; wgmma: 16 of its
     warpgroup's 64, query rows or padding)."""
-    return 16 if uses_wgmma(g, head_dim) else g["block_m"] * g["kv_split"] // warps(g, head_dim)
+    return 16 if uses_wgmma(g, head_dim) else g["block_m"] * g["kv_split"] // classic_warps(g, head_dim)
 
 
 def shared_bytes(g, head_dim: int) -> int:
-    """Dynamic shared memory of one block; mirrors Plan<D> in flashcore_parts.cuh."""
+    """Dynamic shared memory of one block; mirrors Plan<D> in flashcore_parts.cuh (WsPlan<D> in
+    flashcore_ws.cuh for the warp-specialised design)."""
+    if warp_specialized(g):  # Q, then STAGES K and V tiles, in panels of 64 columns; then the mbarriers
+        stages = STAGES[g["kv_loads"]]
+        return g["block_m"] * head_dim * 2 + 2 * stages * block_n(g, head_dim) * head_dim * 2 + _align128((1 + 4 * stages) * 8)
     bm, bn = g["block_m"], block_n(g, head_dim)
     ld = head_dim + (8 if g["layout"] == "padded" else 0)
     split = g["kv_split"]
@@ -69,6 +90,8 @@ def shared_bytes(g, head_dim: int) -> int:
 
 def kv_share(g, head_dim: int) -> int:
     """Blocks of a cluster sharing the K/V stages in this head dimension's kernel (1: none)."""
+    if warp_specialized(g):
+        return 1
     return g["kv_share_d64"] if head_dim == 64 else 1
 
 
@@ -82,13 +105,15 @@ def query_blocks(g, s: int, head_dim: int) -> int:
 def grid(g, s: int, heads: int, head_dim: int) -> tuple[int, int]:
     """Blocks of a launch: query blocks times the blocks sharing their rows (a cluster's or the
     grid's key split) by batch * heads."""
+    if warp_specialized(g):
+        return query_blocks(g, s, head_dim), heads
     return query_blocks(g, s, head_dim) * g["cluster_kv_split"] * g["grid_kv_split"], heads
 
 
 def grid_workspace(g, s: int, heads: int, head_dim: int) -> tuple[int, int]:
     """What a grid key split needs in global memory: floats of partial rows (a record of
     block_m x (D + 2) per block) and ticket counters (one per query block); (0, 0) without one."""
-    if g["grid_kv_split"] == 1:
+    if g["grid_kv_split"] == 1 or warp_specialized(g):
         return 0, 0
     x, y = grid(g, s, heads, head_dim)
     return x * y * g["block_m"] * (head_dim + 2), query_blocks(g, s, head_dim) * heads

@@ -14,6 +14,7 @@ needs for each, which runtime.py's ``load`` checks against ``plan.shared_bytes``
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Mapping
 
 from seeds._family import BuildRecipe, ProblemShape, RuntimeFamily, TimingPlan, Tolerance, shape
 from seeds._workload import workload
@@ -25,14 +26,18 @@ HERE = Path(__file__).parent
 SOURCES = (HERE.parent / "_hopper.cuh",) + tuple(HERE / name for name in (
     "flashcore_parts.cuh", "flashcore_materialised.cuh", "flashcore_merge.cuh", "flashcore_fused.cuh",
     "flashcore_tma.cuh", "flashcore.cu"))
+WS_SOURCE = HERE / "flashcore_ws.cuh"  # the warp-specialised design's whole kernel, after _hopper.cuh
 
 
-def attention_shape(name: str, b: int, h: int, s: int, d: int, *, causal: bool = False, mission: bool = False):
-    return shape(name, b=b, h=h, s=s, d=d, causal=int(causal), mission=mission)
+def attention_shape(name: str, b: int, h: int, s: int, d: int, *, causal: bool = False, mission: bool = False,
+                    h_kv: int | None = None, bf16: bool = False):
+    """B x H x S x D attention; K and V with h_kv heads (grouped-query attention; default H), bf16 or fp16."""
+    return shape(name, b=b, h=h, s=s, d=d, causal=int(causal), h_kv=h if h_kv is None else h_kv, bf16=int(bf16),
+                 mission=mission)
 
 
-def _prefill(name: str, b: int, h: int, s: int, d: int, causal: bool = False):
-    return attention_shape(name, b, h, s, d, causal=causal), 1.0
+def _prefill(name: str, b: int, h: int, s: int, d: int, causal: bool = False, **more):
+    return attention_shape(name, b, h, s, d, causal=causal, **more), 1.0
 
 
 # Prefill attention of encoders (ViT, BERT: non-causal) and decoders (GPT-2, Llama: causal)
@@ -48,12 +53,23 @@ WORKLOADS = (workload("prefill", "attention prefill of real models, B x H x S x 
     _prefill("llama_s1024", 1, 32, 1024, 128, True), _prefill("llama_s2048", 1, 32, 2048, 128, True),
     _prefill("h16_s2048_b2_causal", 2, 16, 2048, 128, True), _prefill("llama_s8192", 1, 32, 8192, 128, True),
     _prefill("dit_s1024_b2", 2, 16, 1024, 128), _prefill("h16_s4096_d128_b4", 4, 16, 4096, 128),
+]), workload("llm_bf16", "bf16 prefill of current LLMs with grouped-query attention (K/V heads h_kv): Llama-3-8B "
+             "(32 query heads, 8 K/V heads, D 128) at 2048 and 8192 tokens, Llama-3-70B's per-GPU slice at "
+             "tensor parallel 8 (8 / 1 heads), Mistral-7B (32 / 8) at 4096, Qwen2-7B (28 / 4) at 4096, all causal; "
+             "every shape weighs 1; only warp-specialised kernels run bf16 and grouped heads", [
+    _prefill("llama3_8b_s2048", 1, 32, 2048, 128, True, h_kv=8, bf16=True),
+    _prefill("llama3_8b_s8192", 1, 32, 8192, 128, True, h_kv=8, bf16=True),
+    _prefill("llama3_8b_s2048_b4", 4, 32, 2048, 128, True, h_kv=8, bf16=True),
+    _prefill("llama3_70b_tp8_s4096", 2, 8, 4096, 128, True, h_kv=1, bf16=True),
+    _prefill("mistral_7b_s4096", 1, 32, 4096, 128, True, h_kv=8, bf16=True),
+    _prefill("qwen2_7b_s4096", 1, 28, 4096, 128, True, h_kv=4, bf16=True),
 ]),)
 
 
 class FlashCore(RuntimeFamily):
     name = "flashcore"
-    description = "fp16 attention forward O = softmax(QK^T * scale) V, [B,H,S,D], D in {64,128}"
+    description = ("fp16/bf16 attention forward O = softmax(QK^T * scale) V, [B,H,S,D], D in {64,128}, grouped "
+                   "K/V heads (h_kv)")
     device = "cuda"
     space = SPACE
     seed_genomes = (SEED,)
@@ -66,7 +82,7 @@ class FlashCore(RuntimeFamily):
         attention_shape("ragged", 2, 4, 300, 64, causal=True),
     )
     workloads = WORKLOADS
-    flag_dims = ("causal",)
+    flag_dims = ("causal", "bf16")
     categorical_dims = ("d",)  # one kernel of the cubin per head dimension
     # fp16 output of an fp32-accumulated attention: errors of a few 1e-3 at most
     tolerance = Tolerance(max_abs=0.06, max_rel_l2=1e-2)
@@ -78,6 +94,8 @@ class FlashCore(RuntimeFamily):
 
     def build_recipe(self, genome) -> BuildRecipe:
         g = genome.as_dict()
+        if g["warp_specialized"]:
+            return self._warp_specialized_recipe(g)
         macros = dict(BLOCK_M=g["block_m"], QK=ENGINES.index(g["qk"]),
                       PV=ENGINES.index(g["pv"]), SOFTMAX=int(g["softmax"] == "registers"),
                       REDUCE=int(g["reduce"] == "shuffle"), EXP2=int(g["exp2"]),
@@ -97,9 +115,46 @@ class FlashCore(RuntimeFamily):
         source = parts[0] + wrappers + "".join(parts[1:])
         return BuildRecipe(source, "flashcore.cu", "nvcc", flags, "cubin")
 
+    def _warp_specialized_recipe(self, g: dict) -> BuildRecipe:
+        """Only the knobs the design reads become macros, so genomes that differ in the classic design's
+        knobs alone build (and measure) the same kernel once."""
+        macros = dict(BLOCK_M=g["block_m"], BLOCK_N_D64=g["block_n_d64"], BLOCK_N_D128=g["block_n_d128"],
+                      STAGES=STAGES[g["kv_loads"]], OVERLAP=int(g["ws_overlap"]), PINGPONG=int(g["ws_pingpong"]),
+                      REGISTERS=int(g["ws_registers"]), HEAVY_FIRST=int(g["ws_heavy_first"]))
+        flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
+            f"-D{k}={v}" for k, v in sorted(macros.items()))
+        wrappers = []
+        for t, ctype in (("f16", "half"), ("bf16", "__nv_bfloat16")):
+            for n in sorted({g["block_n_d64"], g["block_n_d128"]}):
+                wrappers.append(wgmma_wrapper(f"ws_qk_{t}_n{n}", n, t, a_source="shared"))
+                wrappers.append(wgmma_wrapper(f"ws_qk0_{t}_n{n}", n, t, a_source="shared", overwrite=True))
+            wrappers.append(wgmma_wrapper(f"ws_pv_{t}", 64, t, a_source="registers", b_mn_major=True))
+        dispatch = ["#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n"
+                    "template <typename T, int N> __device__ void ws_qk(float (&s)[N / 2], uint64_t q, uint64_t k, bool acc);\n"
+                    "template <typename T, int N> __device__ void ws_qk0(float (&s)[N / 2], uint64_t q, uint64_t k);\n"
+                    "template <typename T> __device__ void ws_pv(float (&o)[32], const uint32_t (&p)[4], uint64_t v);\n"]
+        for t, ctype in (("f16", "half"), ("bf16", "__nv_bfloat16")):
+            for n in sorted({g["block_n_d64"], g["block_n_d128"]}):
+                dispatch.append(f"template <> __device__ __forceinline__ void ws_qk<{ctype}, {n}>(float (&s)[{n // 2}], "
+                                f"uint64_t q, uint64_t k, bool acc) {{ ws_qk_{t}_n{n}(s, q, k, acc); }}\n")
+                dispatch.append(f"template <> __device__ __forceinline__ void ws_qk0<{ctype}, {n}>(float (&s)[{n // 2}], "
+                                f"uint64_t q, uint64_t k) {{ ws_qk0_{t}_n{n}(s, q, k); }}\n")
+            dispatch.append(f"template <> __device__ __forceinline__ void ws_pv<{ctype}>(float (&o)[32], "
+                            f"const uint32_t (&p)[4], uint64_t v) {{ ws_pv_{t}(o, p, v); }}\n")
+        hopper = SOURCES[0]
+        source = (f'#line 1 "{hopper.name}"\n{hopper.read_text()}\n' + "".join(wrappers) + "".join(dispatch)
+                  + f'#line 1 "{WS_SOURCE.name}"\n{WS_SOURCE.read_text()}\n')
+        return BuildRecipe(source, "flashcore.cu", "nvcc", flags, "cubin")
+
     def check_shape(self, shape: ProblemShape) -> None:
         if shape["d"] not in HEAD_DIMS:
             raise ValueError(f"flashcore handles head dimension {HEAD_DIMS}, not {shape['d']}")
+        if shape["h"] % shape["h_kv"]:
+            raise ValueError(f"the query heads h = {shape['h']} must be a multiple of the K/V heads h_kv = {shape['h_kv']}")
+
+    def dimension_defaults(self, dims: Mapping[str, int]) -> dict[str, int]:
+        """A workload file may leave out h_kv (the query heads h: no grouping) and bf16 (0: fp16)."""
+        return {"h_kv": dims.get("h", 1), "bf16": 0}
 
     def knobs_read(self, shape: ProblemShape) -> frozenset[str]:
         """The knobs of this head dimension's kernel: the other one's (``*_d128`` at D = 64; ``*_d64`` and
@@ -115,7 +170,7 @@ class FlashCore(RuntimeFamily):
         return full / 2 if shape["causal"] else full
 
     def bytes_moved(self, shape: ProblemShape) -> float:
-        return 2.0 * 4 * shape["b"] * shape["h"] * shape["s"] * shape["d"]
+        return 2.0 * 2 * shape["b"] * (shape["h"] + shape["h_kv"]) * shape["s"] * shape["d"]
 
 
 FAMILY = FlashCore()
