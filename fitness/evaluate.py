@@ -158,6 +158,12 @@ class Evaluator:
         if not runs:
             return EvalResult(build.genome_id, Status.UNVERIFIED, f"built and passed the screen; not run: {why}", None,
                               stages=stages, **common)
+        taken = tuple(shape for shape in self.family.shapes if self.family.takes(genome, shape))
+        mission_shape = self.family.mission_shape
+        if self.workload is None and mission_shape not in taken:
+            return EvalResult(build.genome_id, Status.SCREENED_OUT, f"this kernel cannot run the mission shape "
+                              f"{mission_shape.name} (e.g. a dtype or layout only another design takes)", None,
+                              stages=stages, **common)
         anchor = self.anchor_timings()
         try:
             kernel = self.load(genome, build)
@@ -166,7 +172,7 @@ class Evaluator:
                               anchor=anchor, stages=stages, **common)
         started = time.perf_counter()
         try:
-            checks = tuple(self.verify_shape(kernel, shape) for shape in self.family.shapes)
+            checks = tuple(self.verify_shape(kernel, shape) for shape in taken)
         except Exception as exc:
             return EvalResult(build.genome_id, Status.CRASHED, f"kernel raised during verification: {exc}", None,
                               anchor=anchor, stages=stages, **common)
@@ -180,7 +186,7 @@ class Evaluator:
             return self._measure_workload(genome, kernel, plan or self.full_plan(), checks, stages, anchor, common)
         started = time.perf_counter()
         try:
-            timings = tuple(self.time_shape(kernel, shape) for shape in self.family.shapes)
+            timings = tuple(self.time_shape(kernel, shape) for shape in taken)
         except Exception as exc:
             return EvalResult(build.genome_id, Status.CRASHED, f"kernel raised during timing: {exc}", None,
                               checks=checks, anchor=anchor, stages=stages, **common)

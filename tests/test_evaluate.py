@@ -134,3 +134,18 @@ def test_the_evaluator_measures_its_anchor_pass(tmp_path):
     assert evaluator.anchor_pass_s is None
     evaluator.anchor_timings()
     assert 0 < evaluator.anchor_pass_s < 60
+
+
+def test_a_kernel_verified_only_where_it_runs_and_screened_out_where_it_cannot_run_the_mission(tmp_path):
+    """A family's takes(): a shape a genome's kernel cannot run (a dtype only another design takes) is left
+    out of its checks and timings; when that shape is the mission, the genome is screened out."""
+    import copy
+
+    family = copy.copy(get_family("cpu_gemm"))
+    seed = family.seed_genomes[0]
+    family.takes = lambda genome, shape: shape.name != "ragged"
+    result = evaluate(family, seed, tmp_path)
+    assert result.status is Status.OK and [c.shape for c in result.checks] == ["mission", "tall"]
+    family.takes = lambda genome, shape: not shape.mission
+    result = evaluate(family, seed, tmp_path / "again")
+    assert result.status is Status.SCREENED_OUT and "cannot run the mission shape mission" in result.message
