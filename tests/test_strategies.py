@@ -227,10 +227,15 @@ def test_the_loop_asks_in_the_background_and_tells_only_between_asks():
 
 
 def test_the_surrogates_random_warm_up_asks_random_genomes_until_the_model_has_enough():
-    strategy = make_strategy("surrogate", SPACE, seed=0, population=8, options={"initial": "random", "warmup": 2})
+    strategy = make_strategy("surrogate", SPACE, seed=0, population=8, options={"warmup": 2})  # the default
     strategy.add_seeds([SEED])
     first = strategy.ask(8)
-    assert {p.origin for p in first} == {"random"} and all(not p.parents for p in first)
+    assert {p.origin for p in first} == {"random"}
+    for p in first:  # each stored as the seed with the knobs it changed resampled: lineage back to the seed
+        assert p.parents == ((SEED, "random", SEED.differing_knobs(p.genome)),)
+    bred = make_strategy("surrogate", SPACE, seed=0, population=8, options={"initial": "evolution", "warmup": 2})
+    bred.add_seeds([SEED])
+    assert "random" not in {p.origin for p in bred.ask(8)}
     strategy.tell([Observation(p.genome, 0, "ok", synthetic_time(p.genome)) for p in first])
     assert sum(synthetic_time(p.genome) is not None for p in first) >= 2
     assert "model" in {p.origin for p in strategy.ask(8)}  # the warm-up's successes in: the forest chooses

@@ -1,10 +1,11 @@
 """Evolution guided by a learned cost model, in the manner of TVM MetaSchedule's evolutionary search: a
 model trained on every evaluation so far picks which of many candidate genomes are worth a GPU's time.
 
-Until ``warmup`` evaluations have succeeded it is ``evolution`` (``initial``); with ``initial = "random"`` it
-asks random genomes instead, so that the model first sees the whole space rather than the seed's
-neighbourhood (better in replay, but its kernels have no lineage back to the seed; a run warm-started from
-earlier runs' best genomes, more than one seed, breeds from them all the same). Then, for each batch, a
+Until ``warmup`` evaluations have succeeded it asks random genomes (``initial = "random"``, the default), so
+that the model first sees the whole space rather than the seed's neighbourhood; each is stored as the seed
+with the knobs it changed resampled, so lineage reaches back to the seed. With ``initial = "evolution"``,
+and in a run warm-started from earlier runs' best genomes (more than one seed), the warm-up is evolution's
+children instead. Then, for each batch, a
 random forest (evo.strategies._forest) is fitted on all evaluations: a genome is its knobs' value positions,
 the target its log time; a failure is learned as twice the slowest success, so the model steers away from
 what fails. The candidates are every unseen valid genome where the space lists its members or is small enough to
@@ -40,7 +41,7 @@ class SurrogateOptions(EvolutionOptions):
     explore: float = 0.125  # share of each batch left to evolution's own children
     trees: int = 40
     candidates: int = 10  # candidates bred per genome asked (where the space is not scored whole; a repair costs ms)
-    initial: str = "evolution"  # the warm-up's asks: evolution's children, or "random" genomes (replay: 86% against 82%)
+    initial: str = "random"  # the warm-up's asks: random genomes, or evolution's children (replay: 86% against 82%)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -70,7 +71,7 @@ class SurrogateStrategy(EvolutionStrategy):
             return super().ask(n)
         if sum(1 for o in observed if o.fitness_s is not None) < self.options.warmup:
             if self.options.initial == "random" and len(self.seed_genomes) <= 1:  # no warm start to breed from
-                return self.random_proposals(n, self.rng())
+                return self._drawn_from_the_seed(self.random_proposals(n, self.rng()))
             return super().ask(n)
         rng = self.rng()
         candidates = self._candidates(n, rng)
@@ -87,6 +88,14 @@ class SurrogateStrategy(EvolutionStrategy):
             parent = min(best, key=lambda g: (self.space.distance(g, genome), g.id))  # its lineage: the nearest good one
             proposals.append(Proposal(genome, "model", ((parent, "model", parent.differing_knobs(genome)),)))
         return proposals + super().ask(n - len(proposals))
+
+    def _drawn_from_the_seed(self, proposals: list[Proposal]) -> list[Proposal]:
+        """The warm-up's random genomes, each stored as the seed with every knob it changed resampled (what it
+        is: mutate at full strength), so every kernel's lineage still reaches back to the seed."""
+        if not self.seed_genomes:
+            return proposals
+        seed = self.seed_genomes[0]
+        return [Proposal(p.genome, "random", ((seed, "random", seed.differing_knobs(p.genome)),)) for p in proposals]
 
     def _scores_of(self, observed, candidates: list[Genome], rng: random.Random) -> list[float]:
         import numpy
