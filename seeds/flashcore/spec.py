@@ -123,26 +123,25 @@ class FlashCore(RuntimeFamily):
                       REGISTERS=int(g["ws_registers"]), HEAVY_FIRST=int(g["ws_heavy_first"]))
         flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
             f"-D{k}={v}" for k, v in sorted(macros.items()))
-        wrappers = []
+        # the wgmma wrappers of each element type and key tile, and the templates the kernel calls them by
+        pieces = ["#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n"
+                  "template <typename T, int N> __device__ void ws_qk(float (&s)[N / 2], uint64_t q, uint64_t k, bool acc);\n"
+                  "template <typename T, int N> __device__ void ws_qk0(float (&s)[N / 2], uint64_t q, uint64_t k);\n"
+                  "template <typename T> __device__ void ws_pv(float (&o)[32], const uint32_t (&p)[4], uint64_t v);\n"]
+        specialise = "template <> __device__ __forceinline__ void"
         for t, ctype in (("f16", "half"), ("bf16", "__nv_bfloat16")):
             for n in sorted({g["block_n_d64"], g["block_n_d128"]}):
-                wrappers.append(wgmma_wrapper(f"ws_qk_{t}_n{n}", n, t, a_source="shared"))
-                wrappers.append(wgmma_wrapper(f"ws_qk0_{t}_n{n}", n, t, a_source="shared", overwrite=True))
-            wrappers.append(wgmma_wrapper(f"ws_pv_{t}", 64, t, a_source="registers", b_mn_major=True))
-        dispatch = ["#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n"
-                    "template <typename T, int N> __device__ void ws_qk(float (&s)[N / 2], uint64_t q, uint64_t k, bool acc);\n"
-                    "template <typename T, int N> __device__ void ws_qk0(float (&s)[N / 2], uint64_t q, uint64_t k);\n"
-                    "template <typename T> __device__ void ws_pv(float (&o)[32], const uint32_t (&p)[4], uint64_t v);\n"]
-        for t, ctype in (("f16", "half"), ("bf16", "__nv_bfloat16")):
-            for n in sorted({g["block_n_d64"], g["block_n_d128"]}):
-                dispatch.append(f"template <> __device__ __forceinline__ void ws_qk<{ctype}, {n}>(float (&s)[{n // 2}], "
-                                f"uint64_t q, uint64_t k, bool acc) {{ ws_qk_{t}_n{n}(s, q, k, acc); }}\n")
-                dispatch.append(f"template <> __device__ __forceinline__ void ws_qk0<{ctype}, {n}>(float (&s)[{n // 2}], "
-                                f"uint64_t q, uint64_t k) {{ ws_qk0_{t}_n{n}(s, q, k); }}\n")
-            dispatch.append(f"template <> __device__ __forceinline__ void ws_pv<{ctype}>(float (&o)[32], "
-                            f"const uint32_t (&p)[4], uint64_t v) {{ ws_pv_{t}(o, p, v); }}\n")
+                pieces += [wgmma_wrapper(f"ws_qk_{t}_n{n}", n, t, a_source="shared"),
+                           wgmma_wrapper(f"ws_qk0_{t}_n{n}", n, t, a_source="shared", overwrite=True),
+                           f"{specialise} ws_qk<{ctype}, {n}>(float (&s)[{n // 2}], uint64_t q, uint64_t k, bool acc) "
+                           f"{{ ws_qk_{t}_n{n}(s, q, k, acc); }}\n",
+                           f"{specialise} ws_qk0<{ctype}, {n}>(float (&s)[{n // 2}], uint64_t q, uint64_t k) "
+                           f"{{ ws_qk0_{t}_n{n}(s, q, k); }}\n"]
+            pieces += [wgmma_wrapper(f"ws_pv_{t}", 64, t, a_source="registers", b_mn_major=True),
+                       f"{specialise} ws_pv<{ctype}>(float (&o)[32], const uint32_t (&p)[4], uint64_t v) "
+                       f"{{ ws_pv_{t}(o, p, v); }}\n"]
         hopper = SOURCES[0]
-        source = (f'#line 1 "{hopper.name}"\n{hopper.read_text()}\n' + "".join(wrappers) + "".join(dispatch)
+        source = (f'#line 1 "{hopper.name}"\n{hopper.read_text()}\n' + "".join(pieces)
                   + f'#line 1 "{WS_SOURCE.name}"\n{WS_SOURCE.read_text()}\n')
         return BuildRecipe(source, "flashcore.cu", "nvcc", flags, "cubin")
 
