@@ -36,7 +36,7 @@ class SpecRuntime:
 
     def __init__(self, spec: Mapping[str, Any]) -> None:
         self.spec = dict(spec)
-        self.device = self.DEVICE = self.spec.get("device", "cpu")
+        self.DEVICE = self.spec.get("device", "cpu")  # the runtime protocol's name
         self.inputs = [a for a in self.spec["args"] if "tensor" in a and not a.get("output")]
         self.output = next(a for a in self.spec["args"] if a.get("output"))
         names = [a["tensor"] for a in self.inputs]
@@ -57,8 +57,8 @@ class SpecRuntime:
             raise ValueError(f"{len(inputs)} inputs given; the op takes {[a['tensor'] for a in self.inputs]}")
         for arg, tensor in zip(self.inputs, inputs):
             rank = len(arg["shape"].split(","))
-            if tensor.dtype != getattr(torch, arg["dtype"]) or tensor.device.type != self.device or tensor.dim() != rank:
-                raise ValueError(f"{arg['tensor']} must be a {rank}-D {arg['dtype']} tensor on {self.device}, "
+            if tensor.dtype != getattr(torch, arg["dtype"]) or tensor.device.type != self.DEVICE or tensor.dim() != rank:
+                raise ValueError(f"{arg['tensor']} must be a {rank}-D {arg['dtype']} tensor on {self.DEVICE}, "
                                  f"got {tensor.dtype} {tuple(tensor.shape)} on {tensor.device}")
         dims = self.read_dims(inputs)
         for arg, tensor in zip(self.inputs, inputs):
@@ -93,7 +93,7 @@ class SpecRuntime:
     def make_output(self, dims: Mapping[str, int]):
         import torch
 
-        return torch.empty(self.sizes(self.output, dims), dtype=getattr(torch, self.output["dtype"]), device=self.device)
+        return torch.empty(self.sizes(self.output, dims), dtype=getattr(torch, self.output["dtype"]), device=self.DEVICE)
 
     def named(self, inputs) -> dict:
         return {arg["tensor"]: tensor for arg, tensor in zip(self.inputs, inputs)}
@@ -114,7 +114,7 @@ class SpecRuntime:
     def load(self, artifact, genome: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
         """The kernel in a built artifact (a shared library's function, or a cubin's kernel), with the
         genome whose knobs its launch reads."""
-        if self.device == "cpu":
+        if self.DEVICE == "cpu":
             function = getattr(ctypes.CDLL(str(artifact)), self.spec["function"])
             function.argtypes = [ctypes.c_void_p if "tensor" in a else CTYPES[a["ctype"]] for a in self.spec["args"]]
             function.restype = None
@@ -136,7 +136,7 @@ class SpecRuntime:
                 values.append(ctypes.c_void_p((out if arg.get("output") else next(tensors)).data_ptr()))
             else:
                 values.append(CTYPES[arg["ctype"]](evaluate(arg["value"], dims)))
-        if self.device == "cpu":
+        if self.DEVICE == "cpu":
             kernel(*values)
             return
         names = {**dims, **knob_names(genome)}
