@@ -185,8 +185,8 @@ class Search:
                     self._submit_proposals(run_id, pipeline, proposals, generation)
                     strategy_dry = not proposals
                 wants_batch = not self.asker.asking and not self.memory.waiting and pipeline.wants_batch(self.config.population)
-                if stop_reason is None and wants_batch and not strategy_dry and self._batch_size() > 0:
-                    self.asker.start(self._batch_size(), self.state.generation + 1)
+                if stop_reason is None and wants_batch and not strategy_dry and (size := self._batch_size()) > 0:
+                    self.asker.start(size, self.state.generation + 1)
                 in_flight = pipeline.in_flight + len(self.memory.waiting) + self.asker.asking
                 if stop_reason is None and strategy_dry and in_flight == 0:
                     stop_reason = "space_exhausted"
