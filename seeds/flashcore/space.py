@@ -6,9 +6,8 @@ from __future__ import annotations
 from kernel_genome import Boolean, Choice, Constraint, PowerOfTwo, Space
 
 from seeds.flashcore.plan import (  # noqa: F401 (the geometry, re-exported)
-    ENGINES, HEAD_DIMS, MAX_ACCUMULATORS, MAX_FRAGMENTS, SMEM_LIMIT, STAGES, block_n, grid, grid_workspace, kv_rows,
-    kv_share, query_blocks, rows_per_warp, shared_bytes, uses_wgmma, warps, warp_specialized)
-from seeds.flashcore.plan import classic_warps
+    ENGINES, HEAD_DIMS, MAX_ACCUMULATORS, MAX_FRAGMENTS, SMEM_LIMIT, STAGES, block_n, classic_warps, grid,
+    grid_workspace, kv_rows, kv_share, query_blocks, rows_per_warp, shared_bytes, uses_wgmma, warps)
 
 
 def _implies(condition: bool, consequence: bool) -> bool:
