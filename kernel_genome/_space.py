@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
@@ -43,6 +44,22 @@ class _Reads(dict):
         return super().get(name, default)
 
 
+class _Undecided(Exception):
+    """A constraint read a knob that has no value yet."""
+
+
+class _Partial(dict):
+    """Some of a genome's values: reading one that is missing leaves the constraint undecided."""
+
+    def __getitem__(self, name: str) -> KnobValue:
+        if name not in self:
+            raise _Undecided(name)
+        return super().__getitem__(name)
+
+    def get(self, name: str, default=None):
+        return self[name]
+
+
 class Space:
     """An immutable set of knobs and constraints; the factory and judge of genomes.
 
@@ -72,6 +89,7 @@ class Space:
         self._member_ids: frozenset[str] = frozenset()
         self._valid_members: tuple[Genome, ...] | None = None
         self._inactive = inactive
+        self._reads: list[str] | None = None
         if members is not None:
             self._members = tuple(self.genome(values) for values in members)
             self._member_ids = frozenset(g.id for g in self._members)
@@ -133,6 +151,42 @@ class Space:
     def inactive(self, values: Mapping[str, KnobValue]) -> Mapping[str, KnobValue]:
         """The knobs this setting's kernel does not read, with the values they are held at."""
         return self._inactive(values) if self._inactive is not None else {}
+
+    @property
+    def has_designs(self) -> bool:
+        """Whether some genomes leave knobs unread (the space was given ``inactive``)."""
+        return self._inactive is not None
+
+    def reads_of_constraints(self) -> list[str]:
+        """Every knob each constraint reads (over a few random settings), once per constraint reading it."""
+        if self._reads is None:
+            rng = random.Random(0)
+            settings = [{n: k.sample(rng) for n, k in self._knobs.items()} for _ in range(32)]
+            self._reads = []
+            for c in self._constraints:
+                read: set[str] = set()
+                for values in settings:
+                    reads = _Reads(values)
+                    try:
+                        c.check(reads)
+                    except Exception:
+                        pass
+                    read |= reads.read
+                self._reads.extend(sorted(read))
+        return self._reads
+
+    def undecided_or_holds(self, partial: Mapping[str, KnobValue]) -> bool:
+        """Whether a partial setting (some knobs not drawn yet) breaks no constraint it already decides."""
+        values = _Partial(partial)
+        for c in self._constraints:
+            try:
+                if not c.check(values):
+                    return False
+            except _Undecided:
+                continue
+            except Exception:
+                return False
+        return True
 
     def canonical(self, genome: Genome) -> Genome:
         """The genome with its inactive knobs at their held values (itself when they are already)."""

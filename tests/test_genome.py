@@ -191,3 +191,24 @@ def test_knobs_another_design_leaves_unread_are_held_and_never_mutated():
     for seed in range(20):
         sampled = kg.sample(design, random.Random(seed))
         assert sampled == design.canonical(sampled)
+
+
+def test_a_design_whose_constraints_reject_most_draws_is_sampled_as_often_and_repaired_within_itself():
+    """flashcore's search ran dry at 447 evaluations: uniform draws almost never met its classic design's
+    constraints, while the warp-specialised design (most knobs held) was always valid, so sampling and
+    repair (switching design mends every classic constraint at once) only ever gave the small second design."""
+    knobs = [Boolean("fused"), PowerOfTwo("a", 1, 64), PowerOfTwo("b", 1, 64), PowerOfTwo("c", 1, 64), IntRange("d", 1, 8)]
+    strict = [Constraint(f"c{i}", check, "") for i, check in enumerate((
+        lambda v: v["fused"] or v["a"] * v["b"] == 64,
+        lambda v: v["fused"] or v["b"] * v["c"] == 64,
+        lambda v: v["fused"] or v["d"] == v["a"] % 7 + 1))]
+    space = Space(knobs, strict, inactive=lambda v: {"a": 1, "b": 1, "c": 1, "d": 1} if v["fused"] else {})
+    rng = random.Random(0)
+    drawn = [kg.sample(space, rng) for _ in range(200)]
+    assert all(space.is_valid(g) and g == space.canonical(g) for g in drawn)
+    unfused = [g for g in drawn if not g["fused"]]
+    assert 70 <= len(unfused) <= 130 and len({g.id for g in unfused}) >= 4
+    broken = Genome.from_mapping(dict(fused=False, a=8, b=8, c=8, d=2))  # a * b == 64, b * c == 64, d wrong
+    for seed in range(10):
+        repaired = kg.repair(space, broken, random.Random(seed))
+        assert space.is_valid(repaired) and not repaired["fused"]  # mended by d, not by switching design
