@@ -4,7 +4,8 @@ runs there: the kernel where it is faster than PyTorch by at least ``MARGIN``, P
 
 A kernel's figure at a shape is its confirmation's where it has one (the winners are re-verified
 and re-timed beside the anchor in a few rounds at the end of a search: the median of those rounds),
-its search measurement otherwise. Kernels are ranked by their time over the anchor's timed in the
+its search measurement otherwise; where some kernel was confirmed at a shape, only a confirmed one is
+chosen there, and only if it beat the anchor in every round. Kernels are ranked by their time over the anchor's timed in the
 same process, so that evaluators on different GPUs compare fairly. The run summary, `evo show`, the
 lineage report and `evo export` all read this one table.
 """
@@ -92,10 +93,17 @@ class _Figure:
     seconds: float
     anchor_s: float | None
     confirmed: bool
+    worst_ratio: float | None = None  # confirmed: the kernel's time over the anchor's in its worst round
 
     @property
     def ratio(self) -> float:
         return self.seconds / self.anchor_s if self.anchor_s else self.seconds
+
+    def beats(self, anchor_s: float | None) -> bool:
+        """Faster than the anchor by ``MARGIN``: in every round of its confirmation where it has one."""
+        if self.worst_ratio is not None:
+            return self.worst_ratio < 1 - MARGIN
+        return anchor_s is not None and self.seconds < anchor_s * (1 - MARGIN)
 
 
 def confirmations(store: Store, run_id: int) -> tuple[dict[tuple[int, str], _Figure], set[int]]:
@@ -103,31 +111,41 @@ def confirmations(store: Store, run_id: int) -> tuple[dict[tuple[int, str], _Fig
     (and of the anchor's beside them); and the individuals a round found incorrect."""
     times: dict[tuple[int, str], list[float]] = {}
     anchors: dict[tuple[int, str], list[float]] = {}
+    ratios: dict[tuple[int, str], list[float]] = {}
     wrong: set[int] = set()
     for gate, individual in store.gates(run_id):
         for round_ in gate.rounds:
             if not round_.get("verified"):
                 wrong.add(individual.id)
                 continue
+            beside = dict(round_.get("anchor_times") or ())
             for shape, seconds in round_.get("times") or ():
                 times.setdefault((individual.id, shape), []).append(seconds)
-            for shape, seconds in round_.get("anchor_times") or ():
-                anchors.setdefault((individual.id, shape), []).append(seconds)
+                if beside.get(shape):
+                    anchors.setdefault((individual.id, shape), []).append(beside[shape])
+                    ratios.setdefault((individual.id, shape), []).append(seconds / beside[shape])
     figures = {key: _Figure(statistics.median(values), statistics.median(anchors[key]) if anchors.get(key) else None,
-                            True) for key, values in times.items()}
+                            True, max(ratios[key]) if ratios.get(key) else None) for key, values in times.items()}
     return figures, wrong
 
 
 def dispatch_table(store: Store, run_id: int, family: KernelFamily, workload: Workload) -> DispatchTable:
-    measurements = store.measurements(run_id)
     figures, wrong = confirmations(store, run_id)
-    return build_table(family, workload, measurements, figures, wrong)
+    return build_table(family, workload, ranked_kernels(store.measurements(run_id), figures, wrong))
 
 
-def build_table(family: KernelFamily, workload: Workload, measurements: list[MeasurementRow],
-                figures: dict, wrong: set[int]) -> DispatchTable:
+@dataclass(frozen=True)
+class Ranking:
+    """Every verified kernel timed in full at each shape, best first by its time over the anchor's (its
+    confirmation's figures where it has one), and the first evaluator's anchor at each shape."""
+
+    kernels: dict[str, list[tuple[_Figure, MeasurementRow]]]
+    first_anchors: dict[str, float]
+
+
+def ranked_kernels(measurements: list[MeasurementRow], figures: dict, wrong: set[int]) -> Ranking:
+    kernels: dict[str, list] = {}
     anchors: dict[str, float] = {}
-    best: dict[str, tuple[_Figure, MeasurementRow]] = {}
     for m in measurements:
         if m.anchor_s is not None:
             anchors.setdefault(m.shape, m.anchor_s)  # the first evaluator's, when nothing better is known
@@ -136,18 +154,26 @@ def build_table(family: KernelFamily, workload: Workload, measurements: list[Mea
         figure = figures.get((m.individual_id, m.shape))
         if figure is None or figure.anchor_s is None:
             figure = _Figure(figure.seconds if figure else m.median_s, m.anchor_s, figure is not None)
-        if m.shape not in best or figure.ratio < best[m.shape][0].ratio:
-            best[m.shape] = (figure, m)
+        kernels.setdefault(m.shape, []).append((figure, m))
+    for entries in kernels.values():
+        entries.sort(key=lambda entry: (entry[0].ratio, entry[1].individual_id))
+    return Ranking(kernels, anchors)
+
+
+def build_table(family: KernelFamily, workload: Workload, ranking: Ranking) -> DispatchTable:
+    """Each shape's row: its best confirmed kernel where any kernel was confirmed there (a search figure that
+    beats the confirmed ones is most likely noise: the winner's curse), else its best by the search's figures."""
+    anchors = ranking.first_anchors
     rows = []
     for shape, weight in zip(workload.shapes, workload.weights):
-        found = best.get(shape.name)
+        entries = ranking.kernels.get(shape.name, [])
+        found = next((e for e in entries if e[0].confirmed), entries[0] if entries else None)
         if found is None:
             rows.append(ShapeChoice(shape.name, dict(shape.dims), weight, anchors.get(shape.name), None, None, None,
                                     None, False, False))
             continue
         figure, m = found
         anchor = figure.anchor_s if figure.anchor_s is not None else anchors.get(shape.name)
-        chosen = anchor is not None and figure.seconds < anchor * (1 - MARGIN)
         rows.append(ShapeChoice(shape.name, dict(shape.dims), weight, anchor, figure.seconds, m.individual_id,
-                                m.genome_id, m.genome, figure.confirmed, chosen))
+                                m.genome_id, m.genome, figure.confirmed, figure.beats(anchor)))
     return DispatchTable(workload, family.fallback_label, tuple(rows))

@@ -9,7 +9,7 @@ import pytest
 from db import MeasurementRow
 from evo._board import CUTOFF_MARGIN, NICHE_DEPTH, ShapeBoard
 from evo.cli import main
-from evo.dispatch import MARGIN, build_table
+from evo.dispatch import MARGIN, _Figure, build_table, ranked_kernels
 from evo.strategies import Observation, make_strategy
 from fitness import BuildConfig, Builder, EvalConfig, Evaluator, ShapePlan, Status, Target, screen
 from seeds import DispatchTable, distance, get_family, parse_workload, resolve_workload
@@ -152,7 +152,7 @@ def test_the_table_runs_a_kernel_only_where_it_beats_pytorch_by_the_margin():
             _row(1, "g1", "b", 100e-6 * (1 - MARGIN / 2), 100e-6),  # faster, but within the margin: PyTorch
             _row(2, "g2", "c", 80e-6, 100e-6), _row(3, "g3", "c", 70e-6, 100e-6),
             _row(3, "g3", "d", 200e-6, 100e-6, verified=False)]  # never verified there
-    table = build_table(CPU, workload, rows, {}, wrong=set())
+    table = build_table(CPU, workload, ranked_kernels(rows, {}, wrong=set()))
     by = {r.shape: r for r in table.rows}
     assert by["a"].chosen and by["a"].genome_id == "g1" and by["a"].speedup == pytest.approx(2.0)
     assert not by["b"].chosen and by["b"].op_s == pytest.approx(100e-6)
@@ -162,11 +162,23 @@ def test_the_table_runs_a_kernel_only_where_it_beats_pytorch_by_the_margin():
     op = math.exp((2 * math.log(2.0) + math.log(1.0) + math.log(100 / 70) + math.log(1.0)) / 5)
     assert table.op_geomean == pytest.approx(op)
     # a kernel found wrong in a gate or confirmation round is out; a confirmation's medians replace the search's
-    from evo.dispatch import _Figure
-
-    confirmed = build_table(CPU, workload, rows, {(2, "c"): _Figure(60e-6, 100e-6, True)}, wrong={1})
+    confirmed = build_table(CPU, workload, ranked_kernels(rows, {(2, "c"): _Figure(60e-6, 100e-6, True)}, wrong={1}))
     by = {r.shape: r for r in confirmed.rows}
     assert by["a"].genome_id is None and by["c"].genome_id == "g2" and by["c"].confirmed
+
+
+def test_where_a_kernel_was_confirmed_only_confirmed_kernels_are_chosen_and_only_if_every_round_beats_pytorch():
+    """The winner's curse: at a shape where kernels and PyTorch are level, the fastest search figure is the
+    luckiest; once a shape has confirmed kernels, an unconfirmed one is not chosen however fast it looked."""
+    workload = _workload(("a", 1.0), ("b", 1.0))
+    rows = [_row(1, "g1", "a", 90e-6, 100e-6), _row(2, "g2", "a", 95e-6, 100e-6), _row(3, "g3", "a", 97e-6, 100e-6),
+            _row(1, "g1", "b", 90e-6, 100e-6)]
+    figures = {(2, "a"): _Figure(96e-6, 100e-6, True, worst_ratio=0.97),
+               (3, "a"): _Figure(98e-6, 100e-6, True, worst_ratio=0.98),
+               (1, "b"): _Figure(97e-6, 100e-6, True, worst_ratio=1.0)}  # the median beats PyTorch, one round did not
+    by = {r.shape: r for r in build_table(CPU, workload, ranked_kernels(rows, figures, wrong=set())).rows}
+    assert by["a"].genome_id == "g2" and by["a"].confirmed and by["a"].chosen
+    assert by["b"].genome_id == "g1" and by["b"].confirmed and not by["b"].chosen
 
 
 # -- the board of a workload search ---------------------------------------------------------------
