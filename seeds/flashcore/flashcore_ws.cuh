@@ -78,7 +78,6 @@ __device__ __forceinline__ float ws_exp2(float x) {
 }
 
 struct WsParams {
-    void* O;
     int S, heads, group, causal;
     float scale_log2;  // 1 / sqrt(D) * log2(e)
 };
@@ -376,11 +375,11 @@ __device__ void ws_attention(const TensorMap* q_map, const TensorMap* k_map, con
 
 #define WS_ENTRY(NAME, DIM, TYPE)                                                                              \
     extern "C" __global__ void __launch_bounds__(WS_THREADS, 1)                                                \
-    NAME(void* O, int S, int heads, int group, int causal, float scale_log2,                                   \
+    NAME(int S, int heads, int group, int causal, float scale_log2,                                            \
          const __grid_constant__ TensorMap q_map, const __grid_constant__ TensorMap k_map,                     \
          const __grid_constant__ TensorMap v_map, const __grid_constant__ TensorMap o_map) {                   \
         ws_attention<DIM, TYPE>(&q_map, &k_map, &v_map, &o_map,                                                \
-                                WsParams{O, S, heads, group, causal, scale_log2});                             \
+                                WsParams{S, heads, group, causal, scale_log2});                                \
     }
 
 WS_ENTRY(flashcore_d64, 64, half)

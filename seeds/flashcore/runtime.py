@@ -122,7 +122,7 @@ def _launch_warp_specialized(function, smem: int, g: Mapping, dims: Mapping, inp
     maps = [panel_map(q, g["block_m"]), panel_map(k, plan.block_n(g, d)), panel_map(v, plan.block_n(g, d)),
             panel_map(out, 64)]
     function.launch(plan.grid(g, s, b * h, d), (plan.warps(g, d) * 32,),
-                    [ptr(out), ctypes.c_int(s), ctypes.c_int(h), ctypes.c_int(h // k.shape[1]),
+                    [ctypes.c_int(s), ctypes.c_int(h), ctypes.c_int(h // k.shape[1]),
                      ctypes.c_int(int(dims["causal"])), ctypes.c_float(1.0 / math.sqrt(d) * math.log2(math.e)), *maps],
                     shared_bytes=smem)
 
