@@ -3,6 +3,7 @@
     compute-sanitizer --tool memcheck --report-api-errors no --kernel-name kns=flashcore \
         python benchmarks/flashcore_sanitize.py          # also --tool racecheck, --tool synccheck
     ... python benchmarks/flashcore_sanitize.py --warp-specialized    # the warp-specialised design points
+    ... python benchmarks/flashcore_sanitize.py --warp-specialized --only "three consumers"    # one of them
 
 The genomes: the bounded 0.5x run's best and second best, SHARED_STAGES (TMA multicast, mbarriers),
 LARGE_TILES, cluster key splits of 2 and 4 (the merge's st.async stores into the peers, on mbarriers),
@@ -32,11 +33,14 @@ genomes = {"search best (bounded run)": best, "2nd best": second, "SHARED_STAGES
 shapes = [attention_shape("mission", 1, 8, 512, 64), attention_shape("ragged", 2, 4, 300, 64, causal=True),
           attention_shape("long", 1, 2, 2048, 64), attention_shape("d128", 1, 8, 512, 128), attention_shape("d128ragged", 1, 2, 200, 128, causal=True)]
 if "--warp-specialized" in sys.argv:  # FlashAttention-3's design, fp16 and bf16, grouped heads
-    from test_flashcore import WARP_SPECIALIZED, WS_ONE_CONSUMER, WS_OVERLAP, WS_PINGPONG
+    from test_flashcore import WARP_SPECIALIZED, WS_ONE_CONSUMER, WS_OVERLAP, WS_PINGPONG, WS_THREE_CONSUMERS
 
     genomes = {"warp-specialised": WARP_SPECIALIZED, "overlap": WS_OVERLAP, "ping-pong": WS_PINGPONG,
-               "one consumer": WS_ONE_CONSUMER}
+               "one consumer": WS_ONE_CONSUMER, "three consumers": WS_THREE_CONSUMERS}
     shapes = shapes + [attention_shape("gqa_bf16", 1, 8, 700, 128, causal=True, h_kv=2, bf16=True),
                        attention_shape("gqa_d64", 2, 4, 333, 64, h_kv=1, bf16=True),
                        attention_shape("long_d128", 1, 2, 1100, 128, causal=True)]
+if "--only" in sys.argv:  # --only NAME: the one design point of that name
+    only = sys.argv[sys.argv.index("--only") + 1]
+    genomes = {name: genome for name, genome in genomes.items() if name == only}
 launch_each(fam, genomes, shapes, max_abs_error=0.02)

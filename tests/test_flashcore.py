@@ -49,6 +49,7 @@ WARP_SPECIALIZED = FAMILY.seed_genomes[0].replace(
 WS_OVERLAP = WARP_SPECIALIZED.replace(ws_overlap=True)
 WS_PINGPONG = WS_OVERLAP.replace(ws_pingpong=True, ws_heavy_first=True, kv_loads="cp_async3")
 WS_ONE_CONSUMER = WARP_SPECIALIZED.replace(block_m=64, ws_registers=False, block_n_d64=64, block_n_d128=64)
+WS_THREE_CONSUMERS = WS_PINGPONG.replace(block_m=192, block_n_d128=64, kv_loads="cp_async2")  # FA3's 192-row tiles
 
 
 def test_covering_sample_covers_every_value():
@@ -70,7 +71,7 @@ def test_every_knob_value_compiles_and_the_design_points_pass_the_screen(cache_d
                    SHARED_STAGES, GRID_SPLIT, MISSION, ANNOUNCED, WGMMA_PADDED, WGMMA_ROWS,
                    WGMMA_ROWS.replace(block_n_d64=64), WGMMA_PADDED.replace(kv_loads="plain"), TMA_STAGES, OVERLAP,
                    OVERLAP.replace(kv_loads="cp_async2", q_in_registers=False), TMA_STAGES.replace(wgmma_d64=True, warps_d64=8),
-                   WARP_SPECIALIZED, WS_OVERLAP, WS_PINGPONG, WS_ONE_CONSUMER]:
+                   WARP_SPECIALIZED, WS_OVERLAP, WS_PINGPONG, WS_ONE_CONSUMER, WS_THREE_CONSUMERS]:
         recipe = FAMILY.build_recipe(genome)
         result = screen(builder.build(genome.id, recipe), recipe.output, FAMILY.screen_limits)
         assert result.status is Status.OK, f"{genome}: {result.message}"
@@ -263,7 +264,7 @@ def test_warp_specialized_kernels_take_bf16_grouped_heads_causal_and_ragged_shap
               shape("gqa_fp16", b=1, h=4, s=1100, d=128, causal=1, h_kv=2, bf16=0),
               shape("tiny", b=1, h=2, s=5, d=64, causal=1, h_kv=2, bf16=0)]
     launch_each(FAMILY, {"ws": WARP_SPECIALIZED, "overlap": WS_OVERLAP, "ping-pong": WS_PINGPONG,
-                         "one consumer": WS_ONE_CONSUMER}, shapes, max_abs_error=0.02)
+                         "one consumer": WS_ONE_CONSUMER, "three consumers": WS_THREE_CONSUMERS}, shapes, max_abs_error=0.02)
 
 
 @pytest.mark.gpu

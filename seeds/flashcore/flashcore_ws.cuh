@@ -12,9 +12,10 @@
 // Knobs (macros): BLOCK_M, BLOCK_N_D64 / BLOCK_N_D128 (key rows a tile), STAGES, and
 //   OVERLAP    within a warpgroup: Q K^T of tile t and P V of tile t - 1 are issued together and the
 //              softmax of tile t runs while P V is still in flight (two P fragment buffers)
-//   PINGPONG   two consumer warpgroups take turns at the tensor cores (named barriers): one issues
-//              its matrix products while the other runs its softmax
+//   PINGPONG   two or three consumer warpgroups take turns at the tensor cores (named barriers, round
+//              robin): one issues its matrix products while the others run their softmax
 //   REGISTERS  setmaxnreg: the producer gives registers back (24 a thread), the consumers take 240
+//              (160 with three consumers: 128 x 24 + 384 x 160 <= 65536)
 //   HEAVY_FIRST causal: the grid's first blocks take the last query block of every head (the most keys)
 // O leaves through shared memory (the Q tile's rows) by TMA stores.
 // Shapes: fp16 or bf16 (entry points flashcore[_bf16]_d64/_d128), any S, causal or not, grouped
@@ -26,6 +27,7 @@
 
 #define CONSUMERS (BLOCK_M / 64)
 #define WS_THREADS (128 * (CONSUMERS + 1))
+#define CONSUMER_REGISTERS (CONSUMERS == 3 ? 160 : 240)
 
 __host__ __device__ constexpr int ws_align(int bytes, int to) { return (bytes + to - 1) / to * to; }
 
@@ -244,21 +246,21 @@ __device__ void ws_attention(const TensorMap* q_map, const TensorMap* k_map, con
         return;
     }
 #if REGISTERS
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGISTERS) : "memory");
 #endif
     const int consumer = group - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     WsRows<D, T> rows;
     rows.init(q0 + 64 * consumer + 16 * warp + lane / 4);
     const unsigned char* q_rows = Qs + consumer * 64 * 128;  // this warpgroup's 64 rows of each panel
 
-    // ping-pong: consumer c may issue its matrix products once the other has issued its own
+    // ping-pong: consumer c may issue its matrix products once the one before it (round robin) has issued its own
     auto my_turn = [&] {
         if (PINGPONG) ws_bar_sync(1 + consumer, 256);
     };
     auto your_turn = [&] {
-        if (PINGPONG) ws_bar_arrive(1 + (consumer ^ 1), 256);
+        if (PINGPONG) ws_bar_arrive(1 + (consumer + 1) % CONSUMERS, 256);
     };
-    if (PINGPONG && consumer == 1) ws_bar_arrive(1, 256);  // consumer 0 goes first
+    if (PINGPONG && consumer == CONSUMERS - 1) ws_bar_arrive(1, 256);  // consumer 0 goes first
 
     // wgmma descriptors: a tile's base and the offsets of its k-steps (16-byte units; 32 bytes a k-step
     // inside a 128-byte swizzled row, a panel further every 4, 16 rows of 128 bytes a P V step). The
@@ -369,7 +371,7 @@ __device__ void ws_attention(const TensorMap* q_map, const TensorMap* k_map, con
         }
         step(t + 1, pa[1], pa[0]);
     }
-    if (PINGPONG && consumer == 0) ws_bar_sync(1, 256);  // consumer 1's last turn: every arrival is met
+    if (PINGPONG && consumer == 0) ws_bar_sync(1, 256);  // the last consumer's last turn: every arrival is met
     rows.store(const_cast<unsigned char*>(q_rows), o_map, Plan::q_panel, q0 + 64 * consumer, bh);
 }
 

@@ -34,7 +34,8 @@ def _warpgroups_cover_rows(g) -> bool:
 
 
 KNOBS = [
-    PowerOfTwo("block_m", 16, 128, description="query rows per block"),
+    Choice("block_m", (16, 32, 64, 128, 192), ordered=True,
+           description="query rows per block (192: the warp-specialised design's three consumer warpgroups only)"),
     PowerOfTwo("block_n_d64", 32, 128, description="key/value rows per tile, D = 64 kernel"),
     PowerOfTwo("warps_d64", 1, 8, description="warps per block, D = 64 kernel"),
     PowerOfTwo("block_n_d128", 32, 128, description="key/value rows per tile, D = 128 kernel"),
@@ -85,11 +86,11 @@ KNOBS = [
             description="warp-specialised: Q K^T of tile t and P V of tile t - 1 issued together, the "
                         "softmax of tile t while P V still runs (FlashAttention-3's overlap within a warpgroup)"),
     Boolean("ws_pingpong",
-            description="warp-specialised, two consumer warpgroups: they take turns at the tensor cores "
-                        "(named barriers), one's matrix products beside the other's softmax"),
+            description="warp-specialised, two or three consumer warpgroups: they take turns at the tensor "
+                        "cores (named barriers, round robin), one's matrix products beside the others' softmax"),
     Boolean("ws_registers",
-            description="warp-specialised, two consumer warpgroups: setmaxnreg moves registers from the "
-                        "producer (24 a thread) to the consumers (240)"),
+            description="warp-specialised, two or three consumer warpgroups: setmaxnreg moves registers from "
+                        "the producer (24 a thread) to the consumers (240 a thread; 160 with three)"),
     Boolean("ws_heavy_first",
             description="warp-specialised, causal: the first blocks of the grid take the last query blocks "
                         "(the most keys), so the long ones start first"),
@@ -203,7 +204,7 @@ DESIGN_CONSTRAINTS = [
     Constraint(
         "warp_specialized_tiles",
         lambda g: _implies(g["warp_specialized"], g["block_m"] >= 64 and g["kv_loads"] != "plain"),
-        "the warp-specialised design has consumer warpgroups of 64 query rows (block_m 64 or 128) and a "
+        "the warp-specialised design has consumer warpgroups of 64 query rows (block_m 64, 128 or 192) and a "
         "ring of 2 or 3 stages (kv_loads != plain)"),
     Constraint(
         "warp_specialized_knobs_need_the_design",
@@ -212,8 +213,17 @@ DESIGN_CONSTRAINTS = [
         "ws_overlap, ws_pingpong, ws_registers and ws_heavy_first are knobs of the warp-specialised design"),
     Constraint(
         "two_consumers_for_pingpong_and_registers",
-        lambda g: _implies(g["ws_pingpong"] or g["ws_registers"], g["block_m"] == 128),
-        "ping-pong and the register split need two consumer warpgroups (block_m = 128)"),
+        lambda g: _implies(g["ws_pingpong"] or g["ws_registers"], g["block_m"] >= 128),
+        "ping-pong and the register split need two or three consumer warpgroups (block_m 128 or 192)"),
+    Constraint(
+        "three_consumers_fit_128_registers",
+        lambda g: _implies(g["block_m"] == 192, g["ws_registers"] and g["block_n_d128"] <= 64),
+        "three consumer warpgroups (512 threads, 128 registers a thread) spill and serialise their wgmma (ptxas) "
+        "without the register split (ws_registers), and at D = 128 with 128-key tiles (block_n_d128 <= 64)"),
+    Constraint(
+        "classic_blocks_of_powers_of_two",
+        lambda g: g["warp_specialized"] or g["block_m"] <= 128,
+        "block_m 192 (three consumer warpgroups) is the warp-specialised design's only"),
 ]
 
 
