@@ -149,3 +149,20 @@ def test_a_kernel_verified_only_where_it_runs_and_screened_out_where_it_cannot_r
     family.takes = lambda genome, shape: not shape.mission
     result = evaluate(family, seed, tmp_path / "again")
     assert result.status is Status.SCREENED_OUT and "cannot run the mission shape mission" in result.message
+
+
+def test_the_anchor_is_timed_again_once_its_timing_is_older_than_the_refresh(monkeypatch, tmp_path):
+    """A workload evaluator timed cuDNN 10% slow as it started and kept that figure for the whole search; the
+    anchor is now re-timed every ANCHOR_REFRESH_S, and the watchdog keeps the first pass's time."""
+    import fitness.evaluate as evaluate_module
+
+    family = get_family("cpu_gemm")
+    evaluator = Evaluator(family, EvalConfig(trials=1), tmp_path / "loaded")
+    timed = []
+    monkeypatch.setattr(evaluator, "time_anchor", lambda run, shape: timed.append(shape.name) or f"timing {len(timed)}")
+    first = evaluator.anchor_timings()
+    assert evaluator.anchor_timings() is first and len(timed) == len(family.shapes)  # fresh: not timed again
+    pass_s = evaluator.anchor_pass_s
+    monkeypatch.setattr(evaluate_module, "ANCHOR_REFRESH_S", 0.0)
+    again = evaluator.anchor_timings()
+    assert again != first and len(timed) == 2 * len(family.shapes) and evaluator.anchor_pass_s == pass_s
