@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Protocol
 
 from db import NewIndividual, ParentLink, Store
@@ -23,7 +24,7 @@ from evo.strategies import Observation, Proposal, Strategy, make_strategy
 from fitness import (BuildConfig, EvalConfig, EvalResult, Status, Target, default_cache_dir, format_seconds, format_span,
                      start_ray)
 from fitness.workers import Finished, Pipeline, PipelineConfig
-from kernel_genome import Genome
+from kernel_genome import Constraint, Genome, Space
 from seeds import KernelFamily, get_family, parse_workload
 from seeds._registry import family_folder
 
@@ -33,6 +34,26 @@ class Reporter(Protocol):
     def evaluated(self, state: "LoopState", genome: Genome, result: EvalResult, generation: int) -> None: ...
     def message(self, text: str) -> None: ...
     def finished(self, outcome: SearchOutcome) -> None: ...
+
+
+class _Setting(Mapping):
+    """A setting's values as a family's ``takes`` reads a genome (item access, ``as_dict``), for a constraint:
+    where some knobs are not drawn yet, reading one leaves the constraint undecided as the space expects."""
+
+    def __init__(self, values: Mapping) -> None:
+        self._values = values
+
+    def __getitem__(self, name: str):
+        return self._values[name]
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def as_dict(self) -> Mapping:
+        return self._values
 
 
 class Search:
@@ -46,7 +67,8 @@ class Search:
         self.workload = parse_workload(self.family, config.workload, "the run's workload") if config.workload else None
         self.shapes = (WorkloadRun(self.family, self.workload, self.target, store, reporter.message)
                        if self.workload else None)
-        self.strategy: Strategy = make_strategy(config.strategy, self.family.space, seed=config.seed,
+        self.fitness_shape = self.workload.primary if self.workload else self.family.mission_shape
+        self.strategy: Strategy = make_strategy(config.strategy, self._run_space(), seed=config.seed,
                                                 population=config.population, options=config.strategy_options,
                                                 niches=self.shapes.niches if self.shapes else None)
         self.asker = BackgroundAsk(self.strategy)  # the loop's asks, in a thread of their own
@@ -60,6 +82,14 @@ class Search:
         self._gate_passed = False
         self._gate_winner: tuple[Genome, tuple[float, ...]] | None = None
         self.run_id: int | None = None  # known once the run is written (what an interrupt message names)
+
+    def _run_space(self) -> Space:
+        """The family's space less the genomes whose kernel cannot run the shape the fitness is timed at (in a
+        bf16 workload of flashcore, the classic design): the strategy never proposes them."""
+        family, shape = self.family, self.fitness_shape
+        return family.space.restricted(Constraint(
+            "runs_the_fitness_shape", lambda values: family.takes(_Setting(values), shape),
+            f"the kernel runs {shape.name}, the shape its fitness is timed at"))
 
     # -- entry points -----------------------------------------------------------------------
     def start(self) -> SearchOutcome:
@@ -288,10 +318,10 @@ class Search:
 
     def _dispatch(self, pipeline: Pipeline, genomes: list[Genome]) -> None:
         """To the pipeline what must be measured; what an earlier run measured is recorded from memory, and a
-        genome whose kernel cannot run the shape its fitness is timed at is screened out here, unbuilt (in a
-        bf16 workload of flashcore every classic genome: 828 of a search's 1,137 were built and verified first)."""
+        genome whose kernel cannot run the shape its fitness is timed at (a seed, a warm start: the strategy
+        proposes none) is screened out here, unbuilt."""
         reused, fresh = self.memory.split(genomes)
-        fitness_shape = self.workload.primary if self.workload else self.family.mission_shape
+        fitness_shape = self.fitness_shape
         unfit = [g for g in fresh if not self.family.takes(g, fitness_shape)]
         fresh = [g for g in fresh if g not in unfit]
         if fresh:

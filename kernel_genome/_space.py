@@ -152,6 +152,13 @@ class Space:
         """The knobs this setting's kernel does not read, with the values they are held at."""
         return self._inactive(values) if self._inactive is not None else {}
 
+    def restricted(self, constraint: Constraint) -> "Space":
+        """This space with one more constraint (a run's own requirement: e.g. that a kernel runs the shape its
+        fitness is timed at)."""
+        members = None if self._members is None else [g.as_dict() for g in self._members]
+        return Space(list(self._knobs.values()), self._constraints + (constraint,), added_later=self._added_later,
+                     members=members, inactive=self._inactive)
+
     @property
     def has_designs(self) -> bool:
         """Whether some genomes leave knobs unread (the space was given ``inactive``)."""
