@@ -193,6 +193,11 @@ CLASSIC_CONSTRAINTS = [
         lambda g: _implies("wmma" in (g["qk"], g["pv"]), g["layout"] != "swizzled"),
         "WMMA loads need a plain row stride: no swizzled layout",
     ),
+    Constraint(
+        "blocks_of_powers_of_two",
+        lambda g: g["block_m"] <= 128,
+        "block_m 192 (three consumer warpgroups) is the warp-specialised design's only",
+    ),
 ]
 
 DESIGN_CONSTRAINTS = [
@@ -220,10 +225,6 @@ DESIGN_CONSTRAINTS = [
         lambda g: _implies(g["block_m"] == 192, g["ws_registers"] and g["block_n_d128"] <= 64),
         "three consumer warpgroups (512 threads, 128 registers a thread) spill and serialise their wgmma (ptxas) "
         "without the register split (ws_registers), and at D = 128 with 128-key tiles (block_n_d128 <= 64)"),
-    Constraint(
-        "classic_blocks_of_powers_of_two",
-        lambda g: g["warp_specialized"] or g["block_m"] <= 128,
-        "block_m 192 (three consumer warpgroups) is the warp-specialised design's only"),
 ]
 
 
