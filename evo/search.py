@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Protocol
 
 from db import NewIndividual, ParentLink, Store
@@ -24,7 +24,7 @@ from evo.strategies import Observation, Proposal, Strategy, make_strategy
 from fitness import (BuildConfig, EvalConfig, EvalResult, Status, Target, default_cache_dir, format_seconds, format_span,
                      start_ray)
 from fitness.workers import Finished, Pipeline, PipelineConfig
-from kernel_genome import Constraint, Genome, Space
+from kernel_genome import Constraint, Genome
 from seeds import KernelFamily, get_family, parse_workload
 from seeds._registry import family_folder
 
@@ -68,8 +68,10 @@ class Search:
         self.shapes = (WorkloadRun(self.family, self.workload, self.target, store, reporter.message)
                        if self.workload else None)
         self.fitness_shape = self.workload.primary if self.workload else self.family.mission_shape
-        self.strategy: Strategy = make_strategy(config.strategy, self._run_space(), seed=config.seed,
-                                                population=config.population, options=config.strategy_options,
+        self.runs_fitness_shape = self._runs_fitness_shape()
+        self.strategy: Strategy = make_strategy(config.strategy, self.family.space.restricted(self.runs_fitness_shape),
+                                                seed=config.seed, population=config.population,
+                                                options=config.strategy_options,
                                                 niches=self.shapes.niches if self.shapes else None)
         self.asker = BackgroundAsk(self.strategy)  # the loop's asks, in a thread of their own
         self.state = LoopState()
@@ -83,13 +85,12 @@ class Search:
         self._gate_winner: tuple[Genome, tuple[float, ...]] | None = None
         self.run_id: int | None = None  # known once the run is written (what an interrupt message names)
 
-    def _run_space(self) -> Space:
-        """The family's space less the genomes whose kernel cannot run the shape the fitness is timed at (in a
-        bf16 workload of flashcore, the classic design): the strategy never proposes them."""
+    def _runs_fitness_shape(self) -> Constraint:
+        """That a kernel runs the shape the fitness is timed at: the run's space holds no other genome (in a bf16
+        workload of flashcore, no classic one), so the strategy never proposes one."""
         family, shape = self.family, self.fitness_shape
-        return family.space.restricted(Constraint(
-            "runs_the_fitness_shape", lambda values: family.takes(_Setting(values), shape),
-            f"the kernel runs {shape.name}, the shape its fitness is timed at"))
+        return Constraint("runs_the_fitness_shape", lambda values: family.takes(_Setting(values), shape),
+                          f"the kernel runs {shape.name}, the shape its fitness is timed at")
 
     # -- entry points -----------------------------------------------------------------------
     def start(self) -> SearchOutcome:
@@ -321,8 +322,7 @@ class Search:
         genome whose kernel cannot run the shape its fitness is timed at (a seed, a warm start: the strategy
         proposes none) is screened out here, unbuilt."""
         reused, fresh = self.memory.split(genomes)
-        fitness_shape = self.fitness_shape
-        unfit = [g for g in fresh if not self.family.takes(g, fitness_shape)]
+        unfit = [g for g in fresh if not self.runs_fitness_shape.holds(g.as_dict())]
         fresh = [g for g in fresh if g not in unfit]
         if fresh:
             pipeline.submit(fresh)
@@ -330,8 +330,8 @@ class Search:
             self._record(self.run_id, Finished(genome, result), pipeline)
         for genome in unfit:
             self._record(self.run_id, Finished(genome, EvalResult(
-                genome.id, Status.SCREENED_OUT, f"this kernel cannot run {fitness_shape.name}, the shape its fitness is "
-                f"timed at (e.g. a dtype or layout only another design takes)", None)), pipeline)
+                genome.id, Status.SCREENED_OUT, f"this kernel cannot run {self.fitness_shape.name}, the shape its "
+                f"fitness is timed at (e.g. a dtype or layout only another design takes)", None)), pipeline)
 
     def _record(self, run_id: int, item: Finished, pipeline: Pipeline) -> None:
         genome, result = item.genome, item.result
@@ -342,8 +342,7 @@ class Search:
         if self.state.anchor_s is None and pipeline.hardware.get("anchor"):
             self._set_anchor(run_id, pipeline.hardware)
         shape_times = self.shapes.observe(genome, result) if self.shapes else {}
-        fitness_shape = self.workload.primary.name if self.workload else self.family.mission_shape.name
-        if any(t.unstable and t.shape == fitness_shape for t in result.timings + result.anchor):
+        if any(t.unstable and t.shape == self.fitness_shape.name for t in result.timings + result.anchor):
             self.state.unsteady.add(genome.id)
         self.asker.tell([Observation(genome, self._generation_of[genome.id], result.status.value, result.fitness_s,
                                      shape_times)])
@@ -354,10 +353,9 @@ class Search:
 
     def _set_anchor(self, run_id: int, hardware: dict) -> None:
         anchor = [dataclasses.asdict(t) for t in hardware["anchor"]]
-        mission = self.workload.primary.name if self.workload else self.family.mission_shape.name
         if self.shapes is not None:
             self.shapes.set_anchor(anchor)
-        self.state.anchor_s = next(t["median_s"] for t in anchor if t["shape"] == mission)
+        self.state.anchor_s = next(t["median_s"] for t in anchor if t["shape"] == self.fitness_shape.name)
         if self.target is not None:
             self.state.target_s = self.target.resolve(self.state.anchor_s)
         info = {k: v for k, v in hardware.items() if k != "anchor"}
