@@ -339,18 +339,25 @@ def test_a_database_evo_cannot_write_is_read_as_it_is(stored, tmp_path, monkeypa
         assert "cannot be written here" in capsys.readouterr().err
 
 
-def test_an_unsteady_timing_is_taken_again_then_flagged():
+def test_an_unsteady_timing_is_taken_again_then_flagged(monkeypatch):
+    from fitness import benchmark
     from fitness.benchmark import UNSTABLE_SPREAD, time_runs
     from seeds import TimingPlan
 
+    now = [0.0]  # a clock the runs advance: a shared CI machine's scheduler cannot make a steady run unsteady
+    monkeypatch.setattr(benchmark.time, "perf_counter", lambda: now[0])
+
+    def takes(seconds: float) -> None:
+        now[0] += seconds
+
     plan = TimingPlan(warmup=0, min_runs=10, max_runs=10, min_seconds=0.0)
-    steady = time_runs(lambda: time.sleep(0.002), "cpu", plan, "s")
-    assert not steady.unstable and steady.spread < UNSTABLE_SPREAD
+    steady = time_runs(lambda: takes(0.002), "cpu", plan, "s")
+    assert not steady.unstable and steady.spread < UNSTABLE_SPREAD and steady.median_s == 0.002
     calls = []
 
     def bimodal():  # one call in three ten times slower, as on a machine another job shares
         calls.append(1)
-        time.sleep(0.02 if len(calls) % 3 == 0 else 0.002)
+        takes(0.02 if len(calls) % 3 == 0 else 0.002)
 
     flagged = time_runs(bimodal, "cpu", plan, "s")
     assert flagged.unstable and flagged.spread > UNSTABLE_SPREAD and len(calls) == 20  # measured twice
