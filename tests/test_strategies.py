@@ -241,3 +241,40 @@ def test_the_surrogates_random_warm_up_asks_random_genomes_until_the_model_has_e
     assert "model" in {p.origin for p in strategy.ask(8)}  # the warm-up's successes in: the forest chooses
     with pytest.raises(ValueError, match="initial must be random or evolution"):
         make_strategy("surrogate", SPACE, seed=0, population=8, options={"initial": "sobol"})
+
+
+def test_the_surrogate_sees_products_and_ratios_of_numeric_knobs_and_spreads_its_batch(monkeypatch):
+    from evo.strategies.surrogate import SurrogateStrategy
+    from kernel_genome import Choice, Space
+
+    positions = SurrogateStrategy._features
+
+    powers = (1, 2, 4, 8, 16, 32, 64)
+    space = Space([Choice("bx", powers, ordered=True), Choice("by", powers, ordered=True),
+                   Choice("cached", (False, True))])
+    strategy = make_strategy("surrogate", space, seed=0, population=8)
+    genomes = [space.genome({"bx": 8, "by": 8, "cached": True}), space.genome({"bx": 64, "by": 1, "cached": False})]
+    features = strategy._features(genomes)  # positions of bx, by, cached; then the ranks of bx*by and bx/by
+    assert features.tolist() == [[3, 3, 1, 6, 6], [6, 0, 0, 6, 12]]  # the same threads per block, one column
+
+    def threads_time(genome):  # only the threads per block matter: 64 is best
+        return 1e-3 * (1 + abs(math.log2(genome["bx"] * genome["by"]) - 6))
+
+    def best_threads_picked(seed):  # the warm-up (8 random genomes), then two batches chosen by the model
+        strategy = make_strategy("surrogate", space, seed=seed, population=8)
+        picked = []
+        for _ in range(3):
+            asked = strategy.ask(8)
+            strategy.tell([Observation(p.genome, 0, "ok", threads_time(p.genome)) for p in asked])
+            batch = [p.genome for p in asked if p.origin == "model"]
+            assert all(len(a.differing_knobs(b)) >= 2 for i, a in enumerate(batch) for b in batch[i + 1:])
+            picked += batch
+        assert len(picked) == 14  # 7 a batch, one left to evolution
+        return sum(threads_time(g) == 1e-3 for g in picked)
+
+    with_products = sum(best_threads_picked(seed) for seed in range(5))  # 14 of 98 genomes have 64 threads
+    monkeypatch.setattr(SurrogateStrategy, "_features", lambda self, genomes: positions(self, genomes)[:, :3])
+    positions_only = sum(best_threads_picked(seed) for seed in range(5))
+    assert with_products >= 30 and with_products >= 1.5 * positions_only  # measured: 36 and 17 of 70
+    with pytest.raises(ValueError, match="spread must be >= 1"):
+        make_strategy("surrogate", space, seed=0, population=8, options={"spread": 0})

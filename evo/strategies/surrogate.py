@@ -6,12 +6,16 @@ that the model first sees the whole space rather than the seed's neighbourhood; 
 with the knobs it changed resampled, so lineage reaches back to the seed. With ``initial = "evolution"``,
 and in a run warm-started from earlier runs' best genomes (more than one seed), the warm-up is evolution's
 children instead. Then, for each batch, a
-random forest (evo.strategies._forest) is fitted on all evaluations: a genome is its knobs' value positions,
-the target its log time; a failure is learned as twice the slowest success, so the model steers away from
+random forest (evo.strategies._forest) is fitted on all evaluations: a genome is its knobs' value positions
+and, for every two numeric knobs, the log2 of their product and of their ratio (threads per block, a tile's
+area, the work per thread: what a GPU kernel's time turns on, and what splits on one knob at a time cannot
+see), the target its log time; a failure is learned as twice the slowest success, so the model steers away from
 what fails. The candidates are every unseen valid genome where the space lists its members or is small enough to
 enumerate, else many children of the best genomes (mutations of one to three knobs, crossovers).
 A candidate scores the forest's mean less ``kappa`` times the spread of its trees (a lower confidence
-bound: optimism where the trees disagree); the batch takes the best scores, and ``explore`` of it are
+bound: optimism where the trees disagree); the batch takes the best scores among genomes that differ from
+each other in at least ``spread`` knobs (the model's best few are often one genome with a knob it cannot
+tell apart changed: a batch of them spends seven evaluations learning one thing), and ``explore`` of it are
 evolution's own children, which the model has not chosen. The forest is refitted from the observations
 every time, so a resumed run rebuilds it from the store.
 
@@ -23,6 +27,7 @@ Chosen by replay (``benchmarks/strategies.py``, docs/BENCHMARKS.md "Replay").
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from dataclasses import dataclass
@@ -36,9 +41,10 @@ ENUMERATE_LIMIT = 20_000  # spaces up to this many knob combinations are scored 
 
 @dataclass(frozen=True)
 class SurrogateOptions(EvolutionOptions):
-    warmup: int = 16  # successful evaluations before the model chooses
+    warmup: int = 8  # successful evaluations before the model chooses (replay: 8 against 16, with spread 2)
     kappa: float = 0.5  # optimism: standard deviations of the trees' spread subtracted from their mean (replay: 0.5 over 1)
     explore: float = 0.125  # share of each batch left to evolution's own children
+    spread: int = 2  # knobs in which any two of a batch's model-chosen genomes differ at least
     trees: int = 40
     candidates: int = 10  # candidates bred per genome asked (where the space is not scored whole; a repair costs ms)
     initial: str = "random"  # the warm-up's asks: random genomes, or evolution's children (replay: 86% against 82%)
@@ -53,6 +59,8 @@ class SurrogateOptions(EvolutionOptions):
             raise ValueError(f"explore must be within [0, 1], got {self.explore}")
         if self.initial not in ("random", "evolution"):
             raise ValueError(f"initial must be random or evolution, got {self.initial!r}")
+        if self.spread < 1:
+            raise ValueError(f"spread must be >= 1, got {self.spread}")
         if self.trees < 1 or self.candidates < 1:
             raise ValueError(f"trees and candidates must be >= 1, got {self.trees} and {self.candidates}")
 
@@ -64,6 +72,7 @@ class SurrogateStrategy(EvolutionStrategy):
     def __init__(self, space, *, seed, population, options=None, niches=None) -> None:
         super().__init__(space, seed=seed, population=population, options=options, niches=niches)
         self._whole: tuple[Genome, ...] | None = None  # the valid genomes, where the space is scored whole
+        self._tables: list | None = None  # the product and ratio ranks of every two numeric knobs' values
 
     def ask(self, n: int) -> list[Proposal]:
         observed = list(self.observations.values())
@@ -82,12 +91,21 @@ class SurrogateStrategy(EvolutionStrategy):
         from_model = n - round(self.options.explore * n)
         best = [o.genome for o in self.ranked()[: self.population]]
         proposals = []
-        for index in chosen[:from_model]:
-            genome = candidates[index]
+        for genome in self._spread_out((candidates[i] for i in chosen), from_model):
             self.seen.add(genome.id)
             parent = min(best, key=lambda g: (self.space.distance(g, genome), g.id))  # its lineage: the nearest good one
             proposals.append(Proposal(genome, "model", ((parent, "model", parent.differing_knobs(genome)),)))
         return proposals + super().ask(n - len(proposals))
+
+    def _spread_out(self, ranked, wanted: int) -> list[Genome]:
+        """The best-ranked genomes, each differing from those taken before it in >= ``spread`` knobs."""
+        taken: list[Genome] = []
+        for genome in ranked:
+            if len(taken) == wanted:
+                break
+            if all(len(genome.differing_knobs(other)) >= self.options.spread for other in taken):
+                taken.append(genome)
+        return taken
 
     def _drawn_from_the_seed(self, proposals: list[Proposal]) -> list[Proposal]:
         """The warm-up's random genomes, each stored as the seed with every knob it changed resampled (what it
@@ -111,10 +129,33 @@ class SurrogateStrategy(EvolutionStrategy):
         return list(per_tree.mean(axis=0) - self.options.kappa * per_tree.std(axis=0))
 
     def _features(self, genomes: list[Genome]):
+        """Each genome's knob value positions, then for every two numeric knobs the rank of the log2 of the
+        product, and of the ratio, of their values (in half steps) among those the two knobs' values can
+        give: the forest splits on small non-negative integers, and a column's levels are what it can take."""
         import numpy
 
         knobs = self.space.knobs
-        return numpy.array([[knob.index(genome[knob.name]) for knob in knobs] for genome in genomes], dtype=float)
+        positions = numpy.array([[knob.index(genome[knob.name]) for knob in knobs] for genome in genomes], dtype=int)
+        derived = [table[positions[:, a], positions[:, b]] for a, b, table in self._pair_tables()]
+        return numpy.concatenate([positions, numpy.array(derived, dtype=int).T], axis=1) if derived else positions
+
+    def _pair_tables(self) -> list:
+        """(a, b, table) for every two numeric knobs a < b: table[i, j], the rank of the product of a's value
+        at position i and b's at j; then the same for their ratio."""
+        if self._tables is None:
+            import numpy
+
+            knobs = self.space.knobs
+            numeric = [i for i, knob in enumerate(knobs)
+                       if len(knob.values) > 1 and all(_positive_number(v) for v in knob.values)]
+            self._tables = []
+            for a, b in itertools.combinations(numeric, 2):
+                logs_a = numpy.log2(numpy.array(knobs[a].values, dtype=float))[:, None]
+                logs_b = numpy.log2(numpy.array(knobs[b].values, dtype=float))[None, :]
+                for combined in (logs_a + logs_b, logs_a - logs_b):
+                    steps = numpy.round(2 * combined).astype(int)
+                    self._tables.append((a, b, numpy.unique(steps, return_inverse=True)[1].reshape(steps.shape)))
+        return self._tables
 
     def _candidates(self, n: int, rng: random.Random) -> list[Genome]:
         whole = self._whole_space()
@@ -141,3 +182,7 @@ class SurrogateStrategy(EvolutionStrategy):
                 return None
             self._whole = tuple(self.space.enumerate())
         return self._whole
+
+
+def _positive_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
