@@ -247,7 +247,7 @@ def test_the_surrogate_sees_products_and_ratios_of_numeric_knobs_and_spreads_its
     from evo.strategies.surrogate import SurrogateStrategy
     from kernel_genome import Choice, Space
 
-    positions = SurrogateStrategy._features
+    with_pairs = SurrogateStrategy._features  # positions, then the pairs' columns
 
     powers = (1, 2, 4, 8, 16, 32, 64)
     space = Space([Choice("bx", powers, ordered=True), Choice("by", powers, ordered=True),
@@ -273,7 +273,7 @@ def test_the_surrogate_sees_products_and_ratios_of_numeric_knobs_and_spreads_its
         return sum(threads_time(g) == 1e-3 for g in picked)
 
     with_products = sum(best_threads_picked(seed) for seed in range(5))  # 14 of 98 genomes have 64 threads
-    monkeypatch.setattr(SurrogateStrategy, "_features", lambda self, genomes: positions(self, genomes)[:, :3])
+    monkeypatch.setattr(SurrogateStrategy, "_features", lambda self, genomes: with_pairs(self, genomes)[:, :3])
     positions_only = sum(best_threads_picked(seed) for seed in range(5))
     assert with_products >= 30 and with_products >= 1.5 * positions_only  # measured: 36 and 17 of 70
     with pytest.raises(ValueError, match="spread must be >= 1"):
