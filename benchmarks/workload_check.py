@@ -6,7 +6,9 @@ cut short at 4x the anchor, and verified where timed in full), all in one evalua
         --genomes tests.test_vit_gemm:PINGPONG,FOLDED,CLUSTERED
 
 Prints one row a shape: the anchor (the family's fallback), each genome's time over it ("cut" where the
-first sample was above the cutoff, "wrong" where it failed verification), and the best.
+first sample was above the cutoff, "wrong" where it failed verification), and the best. With ``--against
+NAME`` (one of the family's other anchors, e.g. nvfp4_gemm's "bf16 cuBLAS matmul on operands dequantised
+beforehand"), a second table gives each genome's time over that one, timed in the same process.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def main() -> int:
     parser.add_argument("--genomes", action="append", default=[], help="module:NAME,NAME (repeatable)")
     parser.add_argument("--trials", type=int, default=1)
     parser.add_argument("--cache", default="/tmp/evo-workload-check")
+    parser.add_argument("--against", help="one of the family's other anchors, timed too: a second table")
     args = parser.parse_args()
     family = get_family(args.family)
     workload = resolve_workload(family, args.workload)
@@ -57,8 +60,25 @@ def main() -> int:
         print(f"{name} ({genome.id}): {result.status.value} in {time.perf_counter() - started:.1f} s "
               f"{result.message[:300]}", flush=True)
     width = max(len(s.name) for s in workload.shapes)
+    wins = print_table(workload, anchors, results, width)
+    if args.against:
+        other = evaluator.secondary_anchor_timings().get(args.against)
+        if other is None:
+            print(f"--against: {args.against!r} is not one of {sorted(evaluator.secondary_anchors())}")
+            return 2
+        print(f"\nagainst {args.against}:")
+        print_table(workload, {t.shape: t.median_s for t in other}, results, width)
+    print(f"\nthese genomes beat {family.fallback_label} at {wins} of {len(workload.shapes)} shapes")
+    return 0
+
+
+def print_table(workload, anchors: dict, results: dict, width: int) -> int:
+    """One row a shape: the anchor's time, each genome's speedup over it, and the best; then the geometric
+    mean of the best over the shapes some genome ran correctly. Returns the shapes where the best beats it."""
+    import math
+
     print(f"\n{'shape':<{width}} {'anchor':>10} " + " ".join(f"{n[:12]:>12}" for n in results) + "   best")
-    wins = 0
+    wins, logs = 0, []
     for shape in workload.shapes:
         cells, best = [], None
         for name, result in results.items():
@@ -75,10 +95,13 @@ def main() -> int:
                 cells.append(f"{ratio:.2f}x")
                 best = max(best or 0.0, ratio)
         wins += bool(best and best > 1.0)
+        if best:
+            logs.append(math.log(best))
         print(f"{shape.name:<{width}} {anchors[shape.name] * 1e6:8.1f}us " + " ".join(f"{c:>12}" for c in cells)
               + (f"   {best:.2f}x" if best else "   -"))
-    print(f"\nthese genomes beat {family.fallback_label} at {wins} of {len(workload.shapes)} shapes")
-    return 0
+    if logs:
+        print(f"geometric mean of the best over {len(logs)} shapes: {math.exp(sum(logs) / len(logs)):.3f}x")
+    return wins
 
 
 if __name__ == "__main__":

@@ -69,7 +69,12 @@ ONE_WARPGROUP_CLUSTER = ONE_WARPGROUP.replace(split_k=4, split_reduce="cluster")
 PRODUCER = ONE_WARPGROUP.replace(a_dequant="producer")
 PRODUCER_CLUSTER_L2 = CLUSTER_L2.replace(a_dequant="producer")
 PRODUCER_SHORT_K = K_SPLIT_SHORT_K.replace(a_dequant="producer", block_m=64, stage_sync="mbarriers")
-DESIGN_POINTS = (SEED, SPLIT, WIDE, SHARED, WGMMA, WGMMA_WIDE, SWAPPED, SWAPPED_NARROW, SWAPPED_DIRECT_STORE, PREPASS,
+# the skinny kernel (few tokens): 16 of b's rows a block, K split between its warps
+SKINNY = SEED.replace(design="skinny", skinny_warps=8, skinny_tokens=8, skinny_unroll=2)
+SKINNY_WIDE = SKINNY.replace(skinny_warps=8, skinny_tokens=16, skinny_unroll=4, bit_placement="bytes",
+                             skinny_l2_prefetch=True)
+SKINNY_NARROW = SKINNY.replace(skinny_warps=2, skinny_unroll=1)
+DESIGN_POINTS = (SEED, SKINNY, SKINNY_WIDE, SKINNY_NARROW, SPLIT, WIDE, SHARED, WGMMA, WGMMA_WIDE, SWAPPED, SWAPPED_NARROW, SWAPPED_DIRECT_STORE, PREPASS,
                  CLUSTER, CLUSTER_MMA_SYNC, TMA_CLUSTER, TMA_IN_FLIGHT, TMA_SHORT_K, TMA_MBARRIERS, BYTES,
                  BYTES_IN_FLIGHT, BYTES_SHARED, SPREAD, SPREAD_MMA_SYNC, K_SPLIT, K_SPLIT_TWO_BLOCKS, K_SPLIT_SHORT_K,
                  K_SPLIT_WIDE, CLUSTER_L2, K_SPLIT_L2, ONE_WARPGROUP, ONE_WARPGROUP_CLUSTER, PRODUCER,
@@ -168,6 +173,25 @@ def test_constraints_launch_and_workspace():
     assert space.is_valid(SPREAD) and space.is_valid(SEED.replace(split_reduce="spread"))
     assert splits(SPREAD, shape["m128_n4096_k7168"], 132, fits) == 4
     assert split_workspace(SPREAD, mission, 2) == split_workspace(PREPASS, mission, 2)
+
+
+def test_the_skinny_design_reads_its_own_knobs_alone():
+    from seeds.nvfp4_gemm.launch import skinny_grid
+
+    space = FAMILY.space
+    # a skinny genome holds the tile kernel's knobs at the seed's (one mutation reaches it from any tile genome),
+    # a tile genome the skinny knobs at theirs; bit_placement is read by both
+    assert space.inactive(SKINNY.as_dict())["block_m"] == SEED["block_m"]
+    assert "bit_placement" not in space.inactive(SKINNY.as_dict())
+    assert space.inactive(ONE_WARPGROUP.as_dict())["skinny_warps"] == SEED["skinny_warps"]
+    assert space.canonical(ONE_WARPGROUP.replace(design="skinny")) == SKINNY.replace(bit_placement="bytes")
+    macros = dict(flag[2:].split("=", 1) for flag in FAMILY.build_recipe(SKINNY_WIDE).flags if flag.startswith("-D"))
+    assert (macros["DESIGN"], macros["SKINNY_WARPS"], macros["SKINNY_TOKENS"], macros["SKINNY_UNROLL"],
+            macros["SKINNY_L2_PREFETCH"]) == ("1", "8", "16", "4", "1")
+    assert not space.is_valid(SKINNY_WIDE.replace(skinny_warps=16))  # 16 warps of 16 tokens x 4 runs: ptxas spills
+    shape = {s.name: s for s in FAMILY.shapes}
+    assert skinny_grid(SKINNY, shape["ragged"]) == (63, 25, 2)  # N = 1000: 62.5 blocks of 16 rows; M = 200: 25 of 8
+    assert skinny_grid(SKINNY_WIDE, FAMILY.mission_shape) == (448, 8, 1)  # M = 128: 8 blocks of 16 tokens
 
 
 def test_shapes_it_cannot_compute_are_refused_clearly():

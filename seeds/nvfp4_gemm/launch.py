@@ -49,6 +49,11 @@ def output_tiles(g, s: Mapping) -> tuple[int, int, int]:
     return -(-s["n"] // g["block_n"]), -(-s["m"] // g["block_m"]), s["l"]
 
 
+def skinny_grid(g, s: Mapping) -> tuple[int, int, int]:
+    """Blocks of a skinny launch: 16 of b's rows, skinny_tokens of a's rows, one batch each."""
+    return -(-s["n"] // 16), -(-s["m"] // g["skinny_tokens"]), s["l"]
+
+
 def splits(g, s: Mapping, multiprocessors: int, clusters_fit=None) -> int:
     """Blocks sharing an output tile at shape s: the most (a power of two, at most split_k) whose grid
     still runs in one wave of blocks_per_sm blocks on each SM (1 when the tiles alone fill it); with
@@ -86,6 +91,8 @@ class Launcher:
 
     def __init__(self, module, genome: Mapping) -> None:
         self.genome = dict(genome)
+        # (genomes stored before the skinny design are tile genomes)
+        self.skinny = module.kernel("nvfp4_skinny") if self.genome.get("design") == "skinny" else None
         self.gemm = module.sized_kernel("nvfp4_gemm", "nvfp4_shared_bytes", shared_bytes(self.genome),
                                         "nvfp4_gemm.cu")
         self.prepass = module.kernel("nvfp4_dequantize_a")
@@ -106,6 +113,11 @@ class Launcher:
 
         g = self.genome
         l, m, k = s["l"], s["m"], s["k"]
+        if self.skinny is not None:  # one kernel, no workspace
+            self.skinny.launch(skinny_grid(g, s), (32 * g["skinny_warps"],),
+                               [ptr(a), ptr(b), ptr(sfa), ptr(sfb), ptr(output), ctypes.c_int(m), ctypes.c_int(s["n"]),
+                                ctypes.c_int(k), ctypes.c_int(s["blocked"])])
+            return
         stream = torch.cuda.current_stream().cuda_stream
         dims = (l, m, s["n"], k, int(s["blocked"]), stream)
         cluster = g["split_reduce"] in CLUSTERED

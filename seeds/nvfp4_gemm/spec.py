@@ -24,7 +24,8 @@ from seeds.nvfp4_gemm.launch import shared_bytes, threads
 HERE = Path(__file__).parent
 HOPPER = HERE.parent / "_hopper.cuh"
 SOURCES = (HERE / "nvfp4_bits.cuh", HERE / "nvfp4_gemm_parts.cuh", HERE / "nvfp4_epilogue.cuh",
-           HERE / "nvfp4_tma.cuh", HERE / "nvfp4_prepass.cuh", HERE / "nvfp4_gemm.cu")
+           HERE / "nvfp4_tma.cuh", HERE / "nvfp4_prepass.cuh", HERE / "nvfp4_gemm.cu", HERE / "nvfp4_skinny.cuh")
+DESIGNS = ("tiles", "skinny")
 DEQUANTS = ("registers", "shared")
 MMAS = ("mma_sync", "wgmma", "wgmma_swapped")
 A_DEQUANTS = ("in_block", "prepass", "producer")
@@ -59,8 +60,33 @@ def _two_in_flight_fit(g) -> bool:
                                          and not g["promote"] and g["stages"] >= 3)
 
 
+# the tile kernel's knobs at the seed's values, where a skinny genome holds them (it reads none)
+TILES_HELD = dict(block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=4, stages=2, dequant="registers",
+                  mma="mma_sync", promote=True, blocks_per_sm=1, split_k=1, a_dequant="in_block", split_reduce="ticket",
+                  wgmma_in_flight=1, loads="cp_async", stage_sync="block_barrier", warpgroup_k_split=1)
+# the skinny kernel's knobs, where a tile genome holds them
+SKINNY_HELD = dict(skinny_warps=8, skinny_tokens=8, skinny_unroll=2, skinny_l2_prefetch=False)
+
+
+def _inactive(values) -> dict:
+    """A genome's kernel reads its design's knobs alone (and bit_placement, which both read)."""
+    return TILES_HELD if values["design"] == "skinny" else SKINNY_HELD
+
+
 SPACE = Space(
     [
+        Choice("design", DESIGNS,
+               description="the kernel: output tiles of block_m x block_n on the tensor cores, their K loop "
+                           "pipelined (the knobs below) | skinny, for few rows of a (tokens): a block streams 16 "
+                           "of b's rows, its skinny_warps warps each on a range of K, every thread dequantising "
+                           "its own 16-byte runs of b and a straight into mma.sync fragments, the warps' sums "
+                           "added in shared memory (nvfp4_skinny.cuh); reads no tile knob"),
+        PowerOfTwo("skinny_warps", 2, 16, description="skinny: warps of a block, each on a range of K"),
+        PowerOfTwo("skinny_tokens", 8, 16, description="skinny: rows of a (tokens) a block takes; more, more blocks"),
+        PowerOfTwo("skinny_unroll", 1, 4, description="skinny: chunks of 128 values of K whose loads a warp issues "
+                                                      "before it multiplies the first"),
+        Boolean("skinny_l2_prefetch", description="skinny: b's loads ask L2 to fetch 256 bytes of the row (the next "
+                                                  "chunks' runs), bypassing L1 (ld.global.nc.L1::no_allocate.L2::256B)"),
         PowerOfTwo("block_m", 64, 128, description="rows of a block's output tile"),
         PowerOfTwo("block_n", 64, 256, description="columns of a block's output tile"),
         PowerOfTwo("block_k", 64, 128, description="K elements of a pipeline stage"),
@@ -179,19 +205,25 @@ SPACE = Space(
         Constraint("mbarrier_stages_need_tma_and_two_in_flight",
                    lambda g: g["stage_sync"] == "block_barrier" or (g["loads"] == "tma" and g["wgmma_in_flight"] == 2),
                    "stage_sync == mbarriers needs loads == tma and wgmma_in_flight == 2"),
+        Constraint("skinny_runs_fit_registers",
+                   lambda g: g["skinny_warps"] * g["skinny_tokens"] * g["skinny_unroll"] <= 512,
+                   "skinny: the runs a thread has in flight, skinny_unroll x (2 + skinny_tokens / 8) of 16 bytes, fit "
+                   "the registers its block leaves it (65536 / (32 x skinny_warps), up to 255): skinny_warps x "
+                   "skinny_tokens x skinny_unroll <= 512 (ptxas spills 16 x 16 x 4)"),
         Constraint("blocks_fit_an_sm", lambda g: g["blocks_per_sm"] * (shared_bytes(g) + 1024) <= SMEM_PER_SM,
                    f"blocks_per_sm * (shared bytes + 1 KiB) <= {SMEM_PER_SM}"),
     ],
+    inactive=_inactive,
     # stored genomes from before these knobs were added built the register path with promotion
-    added_later=dict(dequant="registers", mma="mma_sync", promote=True, blocks_per_sm=1, a_dequant="in_block",
+    added_later=dict(design="tiles", skinny_warps=SKINNY_HELD["skinny_warps"],
+                     skinny_tokens=SKINNY_HELD["skinny_tokens"], skinny_unroll=SKINNY_HELD["skinny_unroll"],
+                     skinny_l2_prefetch=False,
+                     dequant="registers", mma="mma_sync", promote=True, blocks_per_sm=1, a_dequant="in_block",
                      split_reduce="ticket", wgmma_in_flight=1, loads="cp_async",
                      stage_sync="block_barrier", bit_placement="shifts", warpgroup_k_split=1),
 )
 
-SEED = SPACE.genome(dict(block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=4, stages=2, dequant="registers",
-                         mma="mma_sync", promote=True, blocks_per_sm=1, split_k=1, a_dequant="in_block",
-                         split_reduce="ticket", wgmma_in_flight=1, loads="cp_async",
-                         stage_sync="block_barrier", bit_placement="shifts", warpgroup_k_split=1))
+SEED = SPACE.genome(dict(TILES_HELD, design="tiles", bit_placement="shifts", **SKINNY_HELD))
 
 
 def gemm_shape(name: str, l: int, m: int, n: int, k: int, *, blocked: bool = False, mission: bool = False):
@@ -235,8 +267,9 @@ class Nvfp4Gemm(RuntimeFamily):
 
     def build_recipe(self, genome) -> BuildRecipe:
         g = genome.as_dict()
-        named = ("dequant", "mma", "promote", "a_dequant", "split_reduce", "loads", "stage_sync", "bit_placement")
+        named = ("design", "skinny_l2_prefetch", "dequant", "mma", "promote", "a_dequant", "split_reduce", "loads", "stage_sync", "bit_placement")
         macros = {**{name.upper(): value for name, value in g.items() if name not in named},
+                  "DESIGN": DESIGNS.index(g["design"]), "SKINNY_L2_PREFETCH": int(g["skinny_l2_prefetch"]),
                   "DEQUANT": DEQUANTS.index(g["dequant"]), "MMA": MMAS.index(g["mma"]), "PROMOTE": int(g["promote"]),
                   "A_PREPASS": int(g["a_dequant"] != "in_block"), "A_PRODUCER": int(g["a_dequant"] == "producer"),
                   "SPLIT_CLUSTER": int(g["split_reduce"] == "cluster"),
