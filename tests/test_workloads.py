@@ -289,3 +289,24 @@ def test_knob_importance_credits_only_the_knobs_the_timed_kernel_reads():
     assert "block_n_d64" in d64 and "block_n_d128" not in d64 and "warps_d128" not in d64
     assert "block_n_d128" in d128 and not any(k.endswith("_d64") for k in d128) and "overlap_tiles" not in d128
     assert CPU.knobs_read(CPU.mission_shape) == {k.name for k in CPU.space.knobs}
+
+
+def test_a_lineage_step_that_changes_only_unread_knobs_is_shown_as_timing_spread():
+    from types import SimpleNamespace
+
+    from evo.report._data import Edge, _ancestry
+    from evo.report._render import _changes, _speedup
+
+    def entry(i, genome, seconds):
+        return SimpleNamespace(individual_id=i, genome_id=f"g{i}", generation=i, origin="seed" if i == 1 else "mutation",
+                               genome=genome, fitness_s=seconds)
+
+    history = {1: entry(1, {"block_n_d64": 64, "block_n_d128": 64}, 9e-4),
+               2: entry(2, {"block_n_d64": 64, "block_n_d128": 128}, 8.7e-4),  # read at D = 128
+               3: entry(3, {"block_n_d64": 32, "block_n_d128": 128}, 8.57e-4)}  # not read there
+    parents = {2: [Edge(1, 2, "mutation", ("block_n_d128",))], 3: [Edge(2, 3, "mutation", ("block_n_d64",))]}
+    steps = _ancestry(3, history, parents, frozenset({"block_n_d128"}))
+    assert [s.individual_id for s in steps] == [1, 2, 3]
+    assert _changes(steps[1]) == "block_n_d128: 64 -> 128" and _speedup(steps[1]) == "1.03x"
+    assert _changes(steps[2]) == "block_n_d64: 64 -> 32 (not read)"
+    assert _speedup(steps[2]) == "1.02x (timing spread: no knob it reads changed)"

@@ -25,6 +25,7 @@ class Step:
     changed: dict  # knob -> [value in the closest parent, value here]
     fitness_s: float | None
     parent_fitness_s: float | None
+    unread: tuple[str, ...] = ()  # changed knobs that the fitness shape's kernel does not read
 
     @property
     def speedup(self) -> float | None:
@@ -32,6 +33,11 @@ class Step:
         if self.fitness_s and self.parent_fitness_s:
             return self.parent_fitness_s / self.fitness_s
         return None
+
+    @property
+    def only_unread(self) -> bool:
+        """Every knob this step changed is one the kernel does not read: its speedup is timing spread."""
+        return bool(self.changed) and set(self.changed) <= set(self.unread)
 
 
 @dataclass(frozen=True)
@@ -140,7 +146,7 @@ def build_report(store: Store, run_id: int, mission_anchor_s: float | None) -> L
             if r.individual_id:
                 won[r.individual_id] += r.weight * (2 if r.chosen else 1)  # the op's kernels first
         best_id = won.most_common(1)[0][0]
-    steps = _ancestry(best_id, history, parents) if best_id else ()
+    steps = _ancestry(best_id, history, parents, family.knobs_read(fitness_shape)) if best_id else ()
     labels = {i: (h.generation, h.origin, h.status, h.fitness_s) for i, h in history.items()}
     return LineageReport(
         run=run, anchor_s=mission_anchor_s, target_s=run.target_seconds, best_id=best_id,
@@ -154,8 +160,9 @@ def build_report(store: Store, run_id: int, mission_anchor_s: float | None) -> L
         dispatch=table)
 
 
-def _ancestry(best_id: int, history: dict, parents: dict[int, list[Edge]]) -> tuple[Step, ...]:
-    """From the best individual back to a seed, each time through its closest parent."""
+def _ancestry(best_id: int, history: dict, parents: dict[int, list[Edge]], read: frozenset[str]) -> tuple[Step, ...]:
+    """From the best individual back to a seed, each time through its closest parent; ``read``: the knobs
+    the fitness shape's kernel reads (a step that changes none of them sped nothing up)."""
     steps: list[Step] = []
     node, seen = best_id, set()
     while node is not None and node not in seen:
@@ -174,7 +181,8 @@ def _ancestry(best_id: int, history: dict, parents: dict[int, list[Edge]]) -> tu
         closest = history[ordered[0].parent_id]
         changed = {k: [closest.genome.get(k), v] for k, v in sorted(entry.genome.items()) if closest.genome.get(k) != v}
         steps.append(Step(node, entry.genome_id, entry.generation, ordered[0].operator,
-                          tuple(e.parent_id for e in ordered), changed, entry.fitness_s, closest.fitness_s))
+                          tuple(e.parent_id for e in ordered), changed, entry.fitness_s, closest.fitness_s,
+                          tuple(k for k in changed if k not in read)))
         node = closest.individual_id
     return tuple(reversed(steps))
 

@@ -16,11 +16,14 @@ FORMATS = ("html", "md", "dot", "json")
 
 
 def _speedup(step: Step) -> str:
-    return f"{step.speedup:.2f}x" if step.speedup else "-"
+    if not step.speedup:
+        return "-"
+    return f"{step.speedup:.2f}x" + (" (timing spread: no knob it reads changed)" if step.only_unread else "")
 
 
 def _changes(step: Step) -> str:
-    return ", ".join(f"{k}: {before} -> {after}" for k, (before, after) in step.changed.items()) or "-"
+    return ", ".join(f"{k}: {before} -> {after}" + (" (not read)" if k in step.unread else "")
+                     for k, (before, after) in step.changed.items()) or "-"
 
 
 def _how(step: Step) -> str:
