@@ -5,7 +5,8 @@ an e2m1 value times an e4m3 scale fits fp16), in registers or once per block int
 and multiplies with mma.sync m16n8k16 or wgmma, fp32 accumulation. a is M x K and b is N x K, both K-major, two values a byte; one scale per 16 values
 of a row, in the plain row-major layout or the blocked layout of cuBLAS / CUTLASS (a shape's
 ``blocked`` says which the user holds; the kernel reads either, seeds/nvfp4_gemm/formats.py
-converts between them). Host formats and layouts: formats.py. The launch (grid, K split, workspaces,
+converts between them). For few rows of a (tokens), design "skinny" is a second kernel
+(nvfp4_skinny.cuh) that streams b's rows, each thread dequantising straight into mma.sync fragments. Host formats and layouts: formats.py. The launch (grid, K split, workspaces,
 a's prepass, tensor maps): launch.py; inputs, anchors and the op's public function: runtime.py, both
 shipped by `evo export` beside an exported op.
 """
@@ -267,7 +268,8 @@ class Nvfp4Gemm(RuntimeFamily):
 
     def build_recipe(self, genome) -> BuildRecipe:
         g = genome.as_dict()
-        named = ("design", "skinny_l2_prefetch", "dequant", "mma", "promote", "a_dequant", "split_reduce", "loads", "stage_sync", "bit_placement")
+        named = ("design", "skinny_l2_prefetch", "dequant", "mma", "promote", "a_dequant", "split_reduce", "loads",
+                 "stage_sync", "bit_placement")
         macros = {**{name.upper(): value for name, value in g.items() if name not in named},
                   "DESIGN": DESIGNS.index(g["design"]), "SKINNY_L2_PREFETCH": int(g["skinny_l2_prefetch"]),
                   "DEQUANT": DEQUANTS.index(g["dequant"]), "MMA": MMAS.index(g["mma"]), "PROMOTE": int(g["promote"]),
