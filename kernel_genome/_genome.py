@@ -16,12 +16,14 @@ class Genome:
 
     items: tuple[tuple[str, KnobValue], ...]
     id: str = field(init=False, compare=False)
+    _values: dict = field(init=False, compare=False, repr=False)  # name -> value, for lookups
 
     def __post_init__(self) -> None:
         names = [name for name, _ in self.items]
         if names != sorted(names) or len(set(names)) != len(names):
             raise ValueError("genome items must be unique and sorted by knob name")
         object.__setattr__(self, "id", _canonical_id(self.items))
+        object.__setattr__(self, "_values", dict(self.items))
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, KnobValue]) -> "Genome":
@@ -31,10 +33,7 @@ class Genome:
         return dict(self.items)
 
     def __getitem__(self, name: str) -> KnobValue:
-        for key, value in self.items:
-            if key == name:
-                return value
-        raise KeyError(name)
+        return self._values[name]
 
     def to_json(self) -> str:
         return _canonical_json(self.items)

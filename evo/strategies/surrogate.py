@@ -72,6 +72,8 @@ class SurrogateStrategy(EvolutionStrategy):
     def __init__(self, space, *, seed, population, options=None, niches=None) -> None:
         super().__init__(space, seed=seed, population=population, options=options, niches=niches)
         self._whole: tuple[Genome, ...] | None = None  # the valid genomes, where the space is scored whole
+        self._whole_rows: dict[str, int] = {}  # a whole-space genome's id -> its row of ``_whole_features``
+        self._whole_features = None  # every whole-space genome's features, computed once
         self._tables: list | None = None  # the product and ratio ranks of every two numeric knobs' values
 
     def ask(self, n: int) -> list[Proposal]:
@@ -125,8 +127,16 @@ class SurrogateStrategy(EvolutionStrategy):
         targets = [math.log(o.fitness_s) if o.fitness_s is not None else failed for o in observed]
         forest = Forest(self.options.trees, seed=rng.randrange(1 << 30))
         forest.fit(self._features([o.genome for o in observed]), numpy.array(targets))
-        per_tree = forest.predict_each(self._features(candidates))
+        per_tree = forest.predict_each(self._candidate_features(candidates))
         return list(per_tree.mean(axis=0) - self.options.kappa * per_tree.std(axis=0))
+
+    def _candidate_features(self, candidates: list[Genome]):
+        """The candidates' features: rows of the whole space's, computed once, where it is scored whole."""
+        if self._whole is None or any(g.id not in self._whole_rows for g in candidates):
+            return self._features(candidates)
+        if self._whole_features is None:
+            self._whole_features = self._features(list(self._whole))
+        return self._whole_features[[self._whole_rows[g.id] for g in candidates]]
 
     def _features(self, genomes: list[Genome]):
         """Each genome's knob value positions, then for every two numeric knobs the rank of the log2 of the
@@ -181,6 +191,7 @@ class SurrogateStrategy(EvolutionStrategy):
             if self.space.members is None and self.space.size() > ENUMERATE_LIMIT:
                 return None
             self._whole = tuple(self.space.enumerate())
+            self._whole_rows = {g.id: i for i, g in enumerate(self._whole)}
         return self._whole
 
 
