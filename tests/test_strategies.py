@@ -278,3 +278,20 @@ def test_the_surrogate_sees_products_and_ratios_of_numeric_knobs_and_spreads_its
     assert with_products >= 30 and with_products >= 1.5 * positions_only  # measured: 36 and 17 of 70
     with pytest.raises(ValueError, match="spread must be >= 1"):
         make_strategy("surrogate", space, seed=0, population=8, options={"spread": 0})
+
+
+def test_the_surrogate_breeds_and_picks_from_every_design_so_an_easy_one_does_not_trap_it():
+    """benchmarks/design_trap.py's space: design ws, one knob away, stalls at 1.35x; the classic design holds
+    the optimum behind eight knobs. Without picks for the other design the model never leaves ws."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "design_trap.py"
+    spec = importlib.util.spec_from_file_location("design_trap", path)
+    trap = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trap)
+    with_picks = [trap.evaluations_to_optimum("surrogate", seed, 250, None) for seed in (0, 1)]
+    without = [trap.evaluations_to_optimum("surrogate", seed, 250, {"design_picks": 0}) for seed in (0, 1)]
+    assert all(found is not None for found in with_picks) and without == [None, None], (with_picks, without)
+    with pytest.raises(ValueError, match="design_picks must be >= 0"):
+        make_strategy("surrogate", trap.SPACE, seed=0, population=8, options={"design_picks": -1})
