@@ -26,7 +26,7 @@ genomes then breed every candidate, and a child switching design gets the held v
 to read, a slow kernel: the model learns the other design is slow. So each design with a success also breeds
 candidates from its own best genomes, and ``design_picks`` of every batch go to each design other than the
 leading one (its best-scored candidates). On a synthetic space built on that trap (benchmarks/design_trap.py)
-the default reached the optimum in none of 8 runs of 400 evaluations, this in all 8 (median 114); a space
+the default reached the optimum in none of 8 runs of 400 evaluations, this in all 8 (median 106); a space
 of one design is unaffected.
 
 A workload run (niches: a time per shape) is evolution's throughout: the forest learns one time per genome,
