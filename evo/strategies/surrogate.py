@@ -104,7 +104,9 @@ class SurrogateStrategy(EvolutionStrategy):
         scores = self._scores_of(observed, candidates, rng)
         chosen = sorted(range(len(candidates)), key=lambda i: (scores[i], candidates[i].id))
         from_model = n - round(self.options.explore * n)
-        best = [o.genome for o in self.ranked()[: self.population]]
+        best = [o.genome for o in self.ranked()[: self.population]]  # (and each other design's best few)
+        by_design = self._best_by_design()
+        best += [g for design in self._other_designs() for g in by_design[design][:2] if g not in best]
         proposals = []
         for genome in self._spread_out((candidates[i] for i in chosen), from_model):
             self.seen.add(genome.id)
