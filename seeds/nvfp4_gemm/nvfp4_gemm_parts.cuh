@@ -70,6 +70,11 @@ __device__ __forceinline__ int blocked_offset(int row, int column, int columns) 
     return tile * 512 + (row % 32) * 16 + (row % 128) / 32 * 4 + column % 4;
 }
 
+// byte offset of scale (row, column) of an operand's scales (K / 16 a row), plain row-major or blocked
+__device__ __forceinline__ size_t scale_offset(int row, int column, int K, int blocked) {
+    return blocked ? (size_t)blocked_offset(row, column, K / 16) : (size_t)row * (K / 16) + column;
+}
+
 // bytes from a row's scales of one K tile to the next tile's (its SCALES scales further along the row),
 // and from one group of 4 consecutive scales of a row to the next, in either layout (the blocked
 // layout's tiles of 4 columns lie 512 bytes apart)
@@ -205,6 +210,19 @@ __device__ __forceinline__ void dequantize_span(uint4 words, unsigned low_scale,
         for (int t = 0; t < 4; ++t) chunks[c][t] = pairs[t][c];
 }
 
+// one word's pairs of rows g (`top`) and g + 8 (`bottom`) as the A fragments of two k16 steps: step q
+// takes pair 2q (slots 2t, 2t + 1) and pair 2q + 1 (slots 2t + 8, 2t + 9)
+__device__ __forceinline__ void pairs_to_fragments(const uint32_t (&top)[4], const uint32_t (&bottom)[4],
+                                                   uint32_t (&a)[2][4]) {
+#pragma unroll
+    for (int step = 0; step < 2; ++step) {
+        a[step][0] = top[2 * step];
+        a[step][1] = bottom[2 * step];
+        a[step][2] = top[2 * step + 1];
+        a[step][3] = bottom[2 * step + 1];
+    }
+}
+
 #if DEQUANT == 0
 // -- dequantisation in registers: each warp turns the packed words of its own rows into mma.sync
 // fragments. K may be permuted inside a row as long as A and B are permuted alike: a thread takes 8
@@ -219,19 +237,6 @@ __device__ __forceinline__ void row_word(const unsigned char* values, const unsi
 }
 
 // the 16 x 16 fragments (mma.sync's A layout) of rows row .. row + 15 for the two k16 steps of span s
-// one word's pairs of rows g (`top`) and g + 8 (`bottom`) as the A fragments of two k16 steps: step q
-// takes pair 2q (slots 2t, 2t + 1) and pair 2q + 1 (slots 2t + 8, 2t + 9)
-__device__ __forceinline__ void pairs_to_fragments(const uint32_t (&top)[4], const uint32_t (&bottom)[4],
-                                                   uint32_t (&a)[2][4]) {
-#pragma unroll
-    for (int step = 0; step < 2; ++step) {
-        a[step][0] = top[2 * step];
-        a[step][1] = bottom[2 * step];
-        a[step][2] = top[2 * step + 1];
-        a[step][3] = bottom[2 * step + 1];
-    }
-}
-
 __device__ __forceinline__ void span_fragments(const unsigned char* values, const unsigned char* scales, int row, int s,
                                                uint32_t (&a)[2][4]) {
     const int g = threadIdx.x % 32 / 4;

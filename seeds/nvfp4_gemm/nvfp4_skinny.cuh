@@ -49,8 +49,7 @@ struct SkinnyOperand {
             const int t = threadIdx.x % 4, column = chunk * 8 + 2 * t;  // the run's first scale
             r.words = load_words(values + (size_t)row * (K / 2) + chunk * 64 + t * 16, streamed);
             // two consecutive scales of a row are adjacent in both layouts (a blocked tile's 4 columns)
-            const size_t at = blocked ? (size_t)blocked_offset(row, column, K / 16) : (size_t)row * (K / 16) + column;
-            r.scales = __ldg(reinterpret_cast<const unsigned short*>(scales + at));
+            r.scales = __ldg(reinterpret_cast<const unsigned short*>(scales + scale_offset(row, column, K, blocked)));
         }
         return r;
     }
@@ -74,15 +73,14 @@ __device__ __forceinline__ void multiply_chunk(float (&acc)[SKINNY_FRAGMENTS][4]
         uint32_t upper[4], lower[4];
         run_pairs(top, j, upper);
         run_pairs(bottom, j, lower);
+        uint32_t fragments[2][4];  // b's rows as the A fragments of k16 steps 2j, 2j + 1
+        pairs_to_fragments(upper, lower, fragments);
 #pragma unroll
         for (int f = 0; f < SKINNY_FRAGMENTS; ++f) {
             uint32_t b[4];
             run_pairs(tokens[f], j, b);
 #pragma unroll
-            for (int q = 0; q < 2; ++q) {
-                const uint32_t a[4] = {upper[2 * q], lower[2 * q], upper[2 * q + 1], lower[2 * q + 1]};
-                mma16816(chunk[f], a, b[2 * q], b[2 * q + 1]);
-            }
+            for (int q = 0; q < 2; ++q) mma16816(chunk[f], fragments[q], b[2 * q], b[2 * q + 1]);
         }
     }
 #pragma unroll
