@@ -98,28 +98,27 @@ class SurrogateStrategy(EvolutionStrategy):
                 return self._drawn_from_the_seed(self.random_proposals(n, self.rng()))
             return super().ask(n)
         rng = self.rng()
-        candidates = self._candidates(n, rng)
+        others = self._other_designs()
+        candidates = self._candidates(n, rng, others)
         if not candidates:
             return super().ask(n)
         scores = self._scores_of(observed, candidates, rng)
         chosen = sorted(range(len(candidates)), key=lambda i: (scores[i], candidates[i].id))
         from_model = n - round(self.options.explore * n)
         best = [o.genome for o in self.ranked()[: self.population]]  # (and each other design's best few)
-        by_design = self._best_by_design()
-        best += [g for design in self._other_designs() for g in by_design[design][:2] if g not in best]
+        best += [g for genomes in others.values() for g in genomes[:2] if g not in best]
         proposals = []
-        for genome in self._spread_out((candidates[i] for i in chosen), from_model):
+        for genome in self._spread_out((candidates[i] for i in chosen), from_model, others):
             self.seen.add(genome.id)
             parent = min(best, key=lambda g: (self.space.distance(g, genome), g.id))  # its lineage: the nearest good one
             proposals.append(Proposal(genome, "model", ((parent, "model", parent.differing_knobs(genome)),)))
         return proposals + super().ask(n - len(proposals))
 
-    def _spread_out(self, ranked, wanted: int) -> list[Genome]:
+    def _spread_out(self, ranked, wanted: int, others: dict) -> list[Genome]:
         """The best-ranked genomes, each differing from those taken before it in >= ``spread`` knobs; first,
-        ``design_picks`` of the best-ranked of each design other than the leading one's."""
+        ``design_picks`` of the best-ranked of each design in ``others`` (those other than the leading one's)."""
         ranked = list(ranked)
         taken: list[Genome] = []
-        others = self._other_designs()
         if others and self.options.design_picks:
             for design in others:
                 of_design = [g for g in ranked if self._design(g) == design][: self.options.design_picks]
@@ -135,15 +134,15 @@ class SurrogateStrategy(EvolutionStrategy):
         """Which knobs the genome's kernel does not read: its design (one design where the space has no others)."""
         return frozenset(self.space.inactive(genome.as_dict()))
 
-    def _best_by_design(self) -> dict[frozenset, list[Genome]]:
-        """Each design with a success: its genomes, fastest first (the leading design first)."""
+    def _other_designs(self) -> dict[frozenset, list[Genome]]:
+        """Each design with a success other than the leading one's: its genomes, fastest first (none where the
+        space has one design)."""
+        if not self.space.has_designs:
+            return {}
         designs: dict[frozenset, list[Genome]] = {}
         for o in self.ranked():
             designs.setdefault(self._design(o.genome), []).append(o.genome)
-        return designs
-
-    def _other_designs(self) -> list[frozenset]:
-        return list(self._best_by_design())[1:] if self.space.has_designs else []
+        return dict(list(designs.items())[1:])
 
     def _drawn_from_the_seed(self, proposals: list[Proposal]) -> list[Proposal]:
         """The warm-up's random genomes, each stored as the seed with every knob it changed resampled (what it
@@ -203,16 +202,15 @@ class SurrogateStrategy(EvolutionStrategy):
                     self._tables.append((a, b, numpy.unique(steps, return_inverse=True)[1].reshape(steps.shape)))
         return self._tables
 
-    def _candidates(self, n: int, rng: random.Random) -> list[Genome]:
+    def _candidates(self, n: int, rng: random.Random, others: dict) -> list[Genome]:
         whole = self._whole_space()
         if whole is not None:
             return [g for g in whole if g.id not in self.seen]
         # the best genomes bred; and, where the space has several designs, each other design's own best
         pools = [([o.genome for o in self.ranked()[: self.population]], self.options.candidates * n)]
         if self.options.design_picks:
-            designs = self._best_by_design()
-            pools += [(designs[d][: max(2, self.population // 2)], max(n, self.options.candidates * n // 2))
-                      for d in self._other_designs()]
+            pools += [(genomes[: max(2, self.population // 2)], max(n, self.options.candidates * n // 2))
+                      for genomes in others.values()]
         found: dict[str, Genome] = {}
         for parents, attempts in pools:
             for attempt in range(attempts):
