@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import sys
 import time
 from pathlib import Path
@@ -75,8 +76,6 @@ def main() -> int:
 def print_table(workload, anchors: dict, results: dict, width: int) -> int:
     """One row a shape: the anchor's time, each genome's speedup over it, and the best; then the geometric
     mean of the best over the shapes some genome ran correctly. Returns the shapes where the best beats it."""
-    import math
-
     print(f"\n{'shape':<{width}} {'anchor':>10} " + " ".join(f"{n[:12]:>12}" for n in results) + "   best")
     wins, logs = 0, []
     for shape in workload.shapes:

@@ -216,11 +216,8 @@ SPACE = Space(
     ],
     inactive=_inactive,
     # stored genomes from before these knobs were added built the register path with promotion
-    added_later=dict(design="tiles", skinny_warps=SKINNY_HELD["skinny_warps"],
-                     skinny_tokens=SKINNY_HELD["skinny_tokens"], skinny_unroll=SKINNY_HELD["skinny_unroll"],
-                     skinny_l2_prefetch=False,
-                     dequant="registers", mma="mma_sync", promote=True, blocks_per_sm=1, a_dequant="in_block",
-                     split_reduce="ticket", wgmma_in_flight=1, loads="cp_async",
+    added_later=dict(design="tiles", **SKINNY_HELD, dequant="registers", mma="mma_sync", promote=True,
+                     blocks_per_sm=1, a_dequant="in_block", split_reduce="ticket", wgmma_in_flight=1, loads="cp_async",
                      stage_sync="block_barrier", bit_placement="shifts", warpgroup_k_split=1),
 )
 
