@@ -1,16 +1,17 @@
 """Timing one callable the same way for kernels and anchors: warm-up, many runs, robust stats.
 
 CPU: each sample is one call timed with ``perf_counter``. CUDA: each sample is one replay of a
-CUDA graph holding a burst of back-to-back launches, between two CUDA events, divided by the
-burst length, so that host launch overhead (tens of microseconds from Python) does not
-dominate microsecond kernels.
+CUDA graph holding a burst of back-to-back launches (sized from their GPU time to last
+CUDA_SAMPLE_TARGET_S), between two CUDA events, divided by the burst length, so that host launch
+overhead (tens of microseconds from Python) does not dominate microsecond kernels. The samples are
+queued behind a spin kernel (``fitness._queued``), so that no host gap (the graph's launch, a thread
+descheduled on a busy machine) falls between a sample's events.
 
 Cold caches (``cold=True``): before every sample the last-level cache is flushed by reading a
 buffer twice its size (``fitness._flush``, shared with an exported kernel's self-check), so the
 operands come from memory, as when a model's weights are streamed from it on each call, not from a
 cache that back-to-back launches keep warm. On CUDA each sample is then one launch between two
-events; the launches and flushes of a batch are queued behind a spin kernel long enough for the host
-to queue them all, so no host gap falls between a sample's events.
+events, flushes and launches queued behind the spin kernel in the same way.
 """
 
 from __future__ import annotations
@@ -22,12 +23,16 @@ from dataclasses import replace
 from typing import Callable
 
 from fitness._flush import reading_flush
+from fitness._queued import SpinQueue
 from fitness.records import ShapeTiming
 from seeds import TimingPlan
 
 CUDA_SAMPLE_TARGET_S = 500e-6  # a CUDA burst should last at least this long (one graph launch's cost spread thin)
 CUDA_MIN_BURST = 2  # launches a burst holds at least
 CUDA_MAX_BURST = 500
+# how CUDA samples are taken, part of a measurement's key (fitness._measurement): a new method measures
+# again instead of reusing what an older one measured
+TIMING_METHOD = "graph bursts sized by GPU time, queued behind a spin kernel"
 LAUNCH_SLACK_S = 1e-3  # what one launch from Python may add to a single launch timed between events (a
 # launcher's host work, e.g. encoding tensor maps, lies between the events): only a far slower one is cut there
 
@@ -39,7 +44,9 @@ def summarize(shape: str, samples: list[float], cut_short: bool = False) -> Shap
     return ShapeTiming(shape, statistics.median(ordered), p90, stdev, len(ordered), cut_short)
 
 
-COLD_BATCH = 25  # CUDA samples queued behind one spin kernel
+COLD_BATCH = 25  # cold CUDA samples queued behind one spin kernel
+QUEUED_BATCH = 8  # graph replays queued behind one spin kernel
+PROBE_BURST = 4  # launches of the graph whose replays size the burst
 
 
 UNSTABLE_SPREAD = 0.25  # a timing whose p90 lies this far above its median is measured again, then flagged
@@ -101,10 +108,10 @@ def _cpu_samples(run: Callable[[], None], plan: TimingPlan, flush: Callable[[], 
 
 
 def _cuda_samples(run: Callable[[], None], plan: TimingPlan, cutoff_s: float | None = None) -> tuple[list[float], bool]:
-    """Replays of a CUDA graph holding a burst of launches (no host launch overhead in the
-    figure); launches issued from Python between events where the work cannot be captured. With a
-    cutoff, a kernel whose single launch is far above it (twice, plus what a launch from Python adds)
-    or whose first replay is above it is cut short there."""
+    """Replays of a CUDA graph holding a burst of launches (no host launch overhead in the figure),
+    queued behind a spin kernel (no host gap either: fitness._queued); launches issued from Python where
+    the work cannot be captured. With a cutoff, a kernel whose single launch is far above it (twice, plus
+    what a launch from Python adds) or whose first replay is above it is cut short there."""
     import torch
 
     side = torch.cuda.Stream()
@@ -124,27 +131,25 @@ def _cuda_samples(run: Callable[[], None], plan: TimingPlan, cutoff_s: float | N
             run()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
-    singles = []
-    for _ in range(5):  # the fastest of a few: a host hiccup between the events must not shrink the burst
-        begin.record()
-        run()
-        end.record()
-        end.synchronize()
-        singles.append(begin.elapsed_time(end) * 1e-3)
-    single = max(min(singles), 1e-7)
-    burst = max(CUDA_MIN_BURST, min(CUDA_MAX_BURST, math.ceil(CUDA_SAMPLE_TARGET_S / single)))
+    queue = SpinQueue.shared()
+    burst = _burst(run, queue)
     replay = _capture(run, burst)
     samples: list[float] = []
     started = time.perf_counter()
     while not _enough(samples, started, plan):
-        begin.record()
-        replay()
-        end.record()
-        end.synchronize()
-        samples.append(begin.elapsed_time(end) * 1e-3 / burst)
+        count = min(QUEUED_BATCH, plan.max_runs - len(samples)) if samples else 1
+        samples.extend(t / burst for t in queue.batch([(None, replay)] * count))
         if len(samples) == 1 and _above(samples[0], cutoff_s):
             return samples, True
     return samples, False
+
+
+def _burst(run: Callable[[], None], queue: SpinQueue) -> int:
+    """Launches a graph replay holds to last CUDA_SAMPLE_TARGET_S, from the GPU time of a few (the fastest
+    of three replays of a short graph, timed without host gaps)."""
+    probe = _capture(run, PROBE_BURST)
+    per_launch = max(min(queue.batch([(None, probe)] * 3)) / PROBE_BURST, 1e-7)
+    return max(CUDA_MIN_BURST, min(CUDA_MAX_BURST, math.ceil(CUDA_SAMPLE_TARGET_S / per_launch)))
 
 
 def _capture(run: Callable[[], None], burst: int) -> Callable[[], None]:
@@ -168,38 +173,22 @@ def _capture(run: Callable[[], None], burst: int) -> Callable[[], None]:
 
 
 def _cuda_cold_samples(run: Callable[[], None], plan: TimingPlan, cutoff_s: float | None = None) -> tuple[list[float], bool]:
-    """One launch per sample between two events, each after the L2 cache is flushed by reads; with a
-    cutoff, cut short after the first batch if its median is above it."""
+    """One launch per sample between two events, each after the L2 cache is flushed by reads, the batch
+    queued behind a spin kernel; with a cutoff, cut short after the first batch if its median is above it."""
     import torch
 
-    properties = torch.cuda.get_device_properties(torch.cuda.current_device())
     flush = reading_flush("cuda")
     for _ in range(max(1, plan.warmup)):
         flush()
         run()
     torch.cuda.synchronize()
-    t0 = time.perf_counter()  # what the host takes to queue one sample, to size the spin kernel
-    for _ in range(3):
-        flush()
-        run()
-    host_s = (time.perf_counter() - t0) / 3
-    torch.cuda.synchronize()
-    cycles_per_s = getattr(properties, "clock_rate", 0) * 1e3 or 2e9
-    spin_cycles = int(min(4 * COLD_BATCH * host_s, 0.5) * cycles_per_s)
+    queue = SpinQueue.shared()
     samples: list[float] = []
     started = time.perf_counter()
     while not _enough(samples, started, plan):
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(min(COLD_BATCH, plan.max_runs - len(samples)))]
-        torch.cuda._sleep(spin_cycles)
-        for begin, end in events:
-            flush()
-            begin.record()
-            run()
-            end.record()
-        events[-1][1].synchronize()
-        samples.extend(begin.elapsed_time(end) * 1e-3 for begin, end in events)
-        if len(samples) == len(events) and _above(statistics.median(samples), cutoff_s):
+        batch = queue.batch([(flush, run)] * min(COLD_BATCH, plan.max_runs - len(samples)))
+        samples.extend(batch)
+        if len(samples) == len(batch) and _above(statistics.median(samples), cutoff_s):
             return samples, True
     return samples, False
 
@@ -212,7 +201,7 @@ def time_pair(first: Callable[[], None], second: Callable[[], None], device: str
     a burst lasting at least CUDA_SAMPLE_TARGET_S (one launch after the flush, cold), or single calls."""
     runs = [first, second]
     flush = reading_flush(device) if cold else None
-    burst, events = 1, None
+    burst, queue = 1, None
     if device != "cuda":
         for run in runs * max(1, plan.warmup):
             run()
@@ -226,29 +215,26 @@ def time_pair(first: Callable[[], None], second: Callable[[], None], device: str
                 run()
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
-        events = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        queue = SpinQueue.shared()
         if not cold:
-            single = min(_cuda_single(run, events) for run in runs)
-            burst = max(CUDA_MIN_BURST, min(CUDA_MAX_BURST, math.ceil(CUDA_SAMPLE_TARGET_S / max(single, 1e-7))))
+            burst = min(_burst(run, queue) for run in runs)
             runs = [_capture(run, burst) for run in runs]
     samples: tuple[list[float], list[float]] = ([], [])
     started = time.perf_counter()
     while not _enough(samples[0], started, plan):
-        for index in (0, 1) if len(samples[0]) % 2 == 0 else (1, 0):
+        order = (0, 1) if len(samples[0]) % 2 == 0 else (1, 0)  # which goes first alternates, pair by pair
+        if queue is not None:
+            pairs = min(QUEUED_BATCH, plan.max_runs - len(samples[0]))
+            indices = [i for p in range(pairs) for i in (order if p % 2 == 0 else order[::-1])]
+            for index, seconds in zip(indices, queue.batch([(flush, runs[i]) for i in indices])):
+                samples[index].append(seconds / burst)
+            continue
+        for index in order:
             if flush is not None:
                 flush()
-            samples[index].append(_cuda_single(runs[index], events) / burst if events else _cpu_single(runs[index]))
+            samples[index].append(_cpu_single(runs[index]))
     return tuple(replace(t, unstable=t.spread > UNSTABLE_SPREAD)
                  for t in (summarize(shapes[0], samples[0]), summarize(shapes[1], samples[1])))
-
-
-def _cuda_single(run: Callable[[], None], events) -> float:
-    begin, end = events
-    begin.record()
-    run()
-    end.record()
-    end.synchronize()
-    return begin.elapsed_time(end) * 1e-3
 
 
 def _cpu_single(run: Callable[[], None]) -> float:

@@ -80,3 +80,27 @@ def test_cold_cache_timing_on_the_gpu():
     timing = time_runs(lambda: y.copy_(x), "cuda", TimingPlan(2, 30, 30, 0.0), "copy", cold=True)
     assert timing.runs == 30 and 0 < timing.median_s < 1e-3
     assert torch.equal(y, x)
+
+
+@pytest.mark.gpu
+def test_a_host_gap_inside_a_sample_is_not_timed():
+    """Samples queued behind a spin kernel: a host that sleeps 2 ms before each launch between the events
+    still times the copy alone (the batch is queued again behind a longer spin until the spin covers it)."""
+    import time
+
+    import torch
+
+    from fitness._queued import SpinQueue
+
+    x = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
+    y = torch.empty_like(x)
+
+    def slow_host() -> None:
+        time.sleep(2e-3)
+        y.copy_(x)
+
+    queue = SpinQueue()
+    times = queue.batch([(None, slow_host)] * 3)
+    assert queue.requeued >= 1 and queue.uncovered == 0
+    assert max(times) < 0.5e-3, times
+    assert torch.equal(y, x)
