@@ -72,7 +72,8 @@ class Search:
         self.strategy: Strategy = make_strategy(config.strategy, self.family.space.restricted(self.runs_fitness_shape),
                                                 seed=config.seed, population=config.population,
                                                 options=config.strategy_options,
-                                                niches=self.shapes.niches if self.shapes else None)
+                                                niches=self.shapes.niches if self.shapes else None,
+                                                reads=None if self.shapes else self.family.knobs_read(self.fitness_shape))
         self.asker = BackgroundAsk(self.strategy)  # the loop's asks, in a thread of their own
         self.state = LoopState()
         self.evaluation = EvalConfig(config.trials, config.cold_cache, self.workload)

@@ -295,3 +295,32 @@ def test_the_surrogate_breeds_and_picks_from_every_design_so_an_easy_one_does_no
     assert all(found is not None for found in with_picks) and without == [None, None], (with_picks, without)
     with pytest.raises(ValueError, match="design_picks must be >= 0"):
         make_strategy("surrogate", trap.SPACE, seed=0, population=8, options={"design_picks": -1})
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_genomes_the_fitness_cannot_tell_apart_are_asked_once_while_one_stands(name):
+    """reads: the knobs the fitness depends on. Two genomes equal on them time the same kernel, so a
+    strategy asks one of them, and another only after that one failed; a resumed run knows the same."""
+    reads = sorted({k.name for k in SPACE.knobs} - {"vec_width", "rows_per_step"})
+    strategy = make_strategy(name, SPACE, seed=3, population=8, reads=reads)
+    strategy.add_seeds([SEED])
+    strategy.tell([Observation(SEED, 0, "ok", synthetic_time(SEED))])
+    asked = run_rounds(strategy, 8, generation=1)
+    standing: set = {strategy.fitness_key(SEED)}
+    for proposal in asked:
+        key = strategy.fitness_key(proposal.genome)
+        assert key not in standing, f"{proposal.genome} times the same kernel as a genome asked before"
+        if synthetic_time(proposal.genome) is not None:
+            standing.add(key)
+    assert len(asked) == 64 and len({p.genome.id for p in asked}) == 64
+    assert strategy.fitness_key(SEED) != SEED.id and make_strategy(name, SPACE, seed=3, population=8).fitness_key(SEED) == SEED.id
+
+    rebuilt = make_strategy(name, SPACE, seed=3, population=8, reads=reads)
+    rebuilt.add_seeds([SEED])
+    rebuilt.restore([Observation(SEED, 0, "ok", synthetic_time(SEED))] + [
+        Observation(p.genome, 1, "ok" if synthetic_time(p.genome) else "incorrect", synthetic_time(p.genome))
+        for p in asked], [])
+    assert all(not rebuilt.is_new(p.genome.replace(vec_width=v)) for p in asked if synthetic_time(p.genome)
+               for v in (4, 8, 16) if SPACE.is_valid(p.genome.replace(vec_width=v)))
+    with pytest.raises(ValueError, match="reads names knobs the space does not have"):
+        make_strategy(name, SPACE, seed=3, population=8, reads=["no_such_knob"])

@@ -11,14 +11,14 @@ STRATEGIES: dict[str, type[Strategy]] = {
 }
 
 
-def make_strategy(name: str, space, *, seed: int, population: int, options=None, niches=None) -> Strategy:
+def make_strategy(name: str, space, *, seed: int, population: int, options=None, niches=None, reads=None) -> Strategy:
     """A strategy by name; ``ValueError`` names an unknown strategy or option. ``niches``: a workload's
-    shapes and weights."""
+    shapes and weights; ``reads``: the knobs the fitness depends on (None: all)."""
     try:
         cls = STRATEGIES[name]
     except KeyError:
         raise ValueError(f"unknown strategy {name!r}; choose one of {sorted(STRATEGIES)}") from None
-    return cls(space, seed=seed, population=population, options=options, niches=niches)
+    return cls(space, seed=seed, population=population, options=options, niches=niches, reads=reads)
 
 
 __all__ = [

@@ -12,7 +12,8 @@ import abc
 import dataclasses
 import random
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, Sequence
+from collections import Counter
+from typing import Any, ClassVar, Collection, Hashable, Mapping, Sequence
 
 from kernel_genome import Genome, NoValidGenome, Offspring, Space, sample
 
@@ -48,12 +49,21 @@ class Strategy(abc.ABC):
     Options: ClassVar[type] = None  # a frozen dataclass of the strategy's options
 
     def __init__(self, space: Space, *, seed: int, population: int, options: Mapping[str, Any] | None = None,
-                 niches: Mapping[str, float] | None = None) -> None:
+                 niches: Mapping[str, float] | None = None, reads: Collection[str] | None = None) -> None:
         """``niches``: in a workload run, its shapes and their weights (a strategy may keep the best of
-        each shape apart, see EvolutionStrategy); None: one fitness, ``fitness_s``."""
+        each shape apart, see EvolutionStrategy); None: one fitness, ``fitness_s``. ``reads``: the knobs
+        the fitness depends on, where it depends on fewer than all (flashcore's mission shape, D = 64,
+        runs no ``*_d128`` knob): of genomes equal on them, one is asked, and while it has not failed the
+        others are not (they would time the same kernel); None: every knob."""
         if population < 1:
             raise ValueError(f"population must be at least 1, got {population}")
+        unknown = sorted(set(reads or ()) - {k.name for k in space.knobs})
+        if unknown:
+            raise ValueError(f"reads names knobs the space does not have: {unknown}")
         self.space = space
+        self._reads = None if reads is None or set(reads) == {k.name for k in space.knobs} else tuple(sorted(reads))
+        self._fitness_keys: Counter[Hashable] = Counter()  # of genomes asked, or told, and not failed
+        self._counted: set[str] = set()
         self.niches = dict(niches or {})
         self.seed = seed
         self.population = population
@@ -71,11 +81,44 @@ class Strategy(abc.ABC):
         for observation in observations:
             self.seen.add(observation.genome.id)
             self.observations[observation.genome.id] = observation
+            self._count(observation.genome, observation.fitness_s is not None)
 
     def restore(self, finished: Sequence[Observation], pending: Sequence[Genome]) -> None:
         """Rebuild the state of a resumed run from the store's rows."""
-        self.seen.update(g.id for g in pending)
+        for genome in pending:
+            self.mark_asked(genome)
         self.tell(finished)
+
+    # -- genomes the fitness cannot tell apart ----------------------------------------------
+    def fitness_key(self, genome: Genome) -> Hashable:
+        """Equal for genomes whose fitness is the same kernel (equal on every knob it reads)."""
+        return genome.id if self._reads is None else tuple(genome[name] for name in self._reads)
+
+    def is_new(self, genome: Genome) -> bool:
+        """Never asked or told, and no genome of the same fitness key asked or told without failing."""
+        return genome.id not in self.seen and (self._reads is None or self.fitness_key(genome) not in self._fitness_keys)
+
+    def new_genomes(self, genomes) -> list[Genome]:
+        """The new ones (``is_new``), one of each fitness key, in their order."""
+        found: dict[Hashable, Genome] = {}
+        for genome in genomes:
+            if self.is_new(genome):
+                found.setdefault(self.fitness_key(genome), genome)
+        return list(found.values())
+
+    def mark_asked(self, genome: Genome) -> None:
+        self.seen.add(genome.id)
+        self._count(genome, True)
+
+    def _count(self, genome: Genome, standing: bool) -> None:
+        if self._reads is None:
+            return
+        if standing and genome.id not in self._counted:
+            self._counted.add(genome.id)
+            self._fitness_keys[self.fitness_key(genome)] += 1
+        elif not standing and genome.id in self._counted:
+            self._counted.discard(genome.id)
+            self._fitness_keys -= Counter({self.fitness_key(genome): 1})
 
     def add_seeds(self, genomes: Sequence[Genome]) -> None:
         """The family's seed genomes, evaluated by the framework itself: never proposed again,
@@ -104,22 +147,23 @@ class Strategy(abc.ABC):
                     genome = sample(self.space, rng)
                 except NoValidGenome:
                     continue
-                if genome.id not in self.seen:
-                    self.seen.add(genome.id)
+                if self.is_new(genome):
+                    self.mark_asked(genome)
                     proposals.append(Proposal(genome, "random"))
                     break
             else:
                 genome = self._first_unseen()
                 if genome is None:
                     return proposals
-                self.seen.add(genome.id)
+                self.mark_asked(genome)
                 proposals.append(Proposal(genome, "random"))
         return proposals
 
     def _first_unseen(self, limit: int = 200_000) -> Genome | None:
         if self.space.size() > limit:
             return None
-        return next((g for g in self.space.enumerate() if g.id not in self.seen), None)
+        unseen = [g for g in self.space.enumerate() if g.id not in self.seen]
+        return next((g for g in unseen if self.is_new(g)), unseen[0] if unseen else None)
 
 
 def parse_options(options_class, values: Mapping[str, Any], strategy: str):

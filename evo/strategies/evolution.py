@@ -195,7 +195,7 @@ class EvolutionStrategy(Strategy):
     def _try_crossover(self, first, second, strength, rng) -> Offspring | None:
         try:
             child = crossover(self.space, first, second, rng)
-            if child.genome.id in (first.id, second.id) or child.genome.id in self.seen:
+            if child.genome.id in (first.id, second.id) or not self.is_new(child.genome):
                 moved = mutate(self.space, child.genome, rng, strength=strength)
                 child = Offspring(moved.genome, child.parents, child.operators + moved.operators)
             return child
@@ -203,7 +203,7 @@ class EvolutionStrategy(Strategy):
             return None
 
     def _add(self, proposals: list[Proposal], offspring: Offspring | None) -> None:
-        if offspring is None or offspring.genome.id in self.seen:
+        if offspring is None or not self.is_new(offspring.genome):
             return
-        self.seen.add(offspring.genome.id)
+        self.mark_asked(offspring.genome)
         proposals.append(Proposal.from_offspring(offspring))

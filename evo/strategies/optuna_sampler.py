@@ -40,8 +40,8 @@ class OptunaStrategy(Strategy):
     name = "optuna"
     Options = OptunaOptions
 
-    def __init__(self, space, *, seed, population, options=None, niches=None) -> None:
-        super().__init__(space, seed=seed, population=population, options=options, niches=niches)
+    def __init__(self, space, *, seed, population, options=None, niches=None, reads=None) -> None:
+        super().__init__(space, seed=seed, population=population, options=options, niches=niches, reads=reads)
         optuna.logging.set_verbosity(logging.WARNING)
         self.distributions = {k.name: _distribution(k) for k in space.knobs}
         self.study = optuna.create_study(direction="minimize", sampler=self._sampler())
@@ -74,22 +74,22 @@ class OptunaStrategy(Strategy):
         for _ in range(MAX_REJECTED):
             trial = self.study.ask(self.distributions)
             genome = self.space.canonical(Genome.from_mapping(trial.params))
-            if genome.id not in self.seen and self.space.is_valid(genome):
-                self.seen.add(genome.id)
+            if self.is_new(genome) and self.space.is_valid(genome):
+                self.mark_asked(genome)
                 self._trials[genome.id] = trial
                 return Proposal(genome, "random" if self._is_startup() else "sampler")
             self.study.tell(trial, state=TrialState.FAIL)
             rejected = genome
         # Optuna keeps suggesting genomes we cannot use: take the nearest valid unseen one.
         fixed = repair(self.space, rejected, self.rng())
-        if fixed is None or fixed.id in self.seen:
+        if fixed is None or not self.is_new(fixed):
             fallback = self.random_proposals(1, self.rng())
             if not fallback:
                 return None
             fixed = fallback[0].genome
         self.study.enqueue_trial(fixed.as_dict())
         trial = self.study.ask(self.distributions)
-        self.seen.add(fixed.id)
+        self.mark_asked(fixed)
         self._trials[fixed.id] = trial
         return Proposal(fixed, "repair")
 

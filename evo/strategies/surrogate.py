@@ -82,8 +82,8 @@ class SurrogateStrategy(EvolutionStrategy):
     name = "surrogate"
     Options = SurrogateOptions
 
-    def __init__(self, space, *, seed, population, options=None, niches=None) -> None:
-        super().__init__(space, seed=seed, population=population, options=options, niches=niches)
+    def __init__(self, space, *, seed, population, options=None, niches=None, reads=None) -> None:
+        super().__init__(space, seed=seed, population=population, options=options, niches=niches, reads=reads)
         self._whole: tuple[Genome, ...] | None = None  # the valid genomes, where the space is scored whole
         self._whole_rows: dict[str, int] = {}  # a whole-space genome's id -> its row of ``_whole_features``
         self._whole_features = None  # every whole-space genome's features, computed once
@@ -109,7 +109,7 @@ class SurrogateStrategy(EvolutionStrategy):
         best += [g for genomes in others.values() for g in genomes[:2] if g not in best]
         proposals = []
         for genome in self._spread_out((candidates[i] for i in chosen), from_model, others):
-            self.seen.add(genome.id)
+            self.mark_asked(genome)
             parent = min(best, key=lambda g: (self.space.distance(g, genome), g.id))  # its lineage: the nearest good one
             proposals.append(Proposal(genome, "model", ((parent, "model", parent.differing_knobs(genome)),)))
         return proposals + super().ask(n - len(proposals))
@@ -205,13 +205,13 @@ class SurrogateStrategy(EvolutionStrategy):
     def _candidates(self, n: int, rng: random.Random, others: dict) -> list[Genome]:
         whole = self._whole_space()
         if whole is not None:
-            return [g for g in whole if g.id not in self.seen]
+            return self.new_genomes(whole)
         # the best genomes bred; and, where the space has several designs, each other design's own best
         pools = [([o.genome for o in self.ranked()[: self.population]], self.options.candidates * n)]
         if self.options.design_picks:
             pools += [(genomes[: max(2, self.population // 2)], max(n, self.options.candidates * n // 2))
                       for genomes in others.values()]
-        found: dict[str, Genome] = {}
+        found: list[Genome] = []
         for parents, attempts in pools:
             for attempt in range(attempts):
                 try:  # the better parents more often; no uniform samples (a tightly constrained space rejects them)
@@ -222,9 +222,8 @@ class SurrogateStrategy(EvolutionStrategy):
                         genome = mutate(self.space, first, rng, strength=rng.choice((1, 1, 2, 3))).genome
                 except NoValidGenome:
                     continue
-                if genome.id not in self.seen:
-                    found[genome.id] = genome
-        return list(found.values())
+                found.append(genome)
+        return self.new_genomes(found)
 
     def _whole_space(self) -> tuple[Genome, ...] | None:
         if self._whole is None:
