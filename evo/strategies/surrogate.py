@@ -6,10 +6,10 @@ that the model first sees the whole space rather than the seed's neighbourhood; 
 with the knobs it changed resampled, so lineage reaches back to the seed. With ``initial = "evolution"``,
 and in a run warm-started from earlier runs' best genomes (more than one seed), the warm-up is evolution's
 children instead. Then, for each batch, a
-random forest (evo.strategies._forest) is fitted on all evaluations: a genome is its knobs' value positions
-and, for every two numeric knobs, the log2 of their product and of their ratio (threads per block, a tile's
-area, the work per thread: what a GPU kernel's time turns on, and what splits on one knob at a time cannot
-see), the target its log time; a failure is learned as twice the slowest success, so the model steers away from
+random forest (evo.strategies._forest) is fitted on all evaluations: a genome is the value positions of the knobs
+the fitness reads (``reads``: all but flashcore's ``*_d128`` at its mission shape) and, for every two numeric
+knobs, the log2 of their product and of their ratio (threads per block, a tile's area, the work per thread:
+what a GPU kernel's time turns on, and what splits on one knob at a time cannot see), the target its log time; a failure is learned as twice the slowest success, so the model steers away from
 what fails. The candidates are every unseen valid genome where the space lists its members or is small enough to
 enumerate, else many children of the best genomes (mutations of one to three knobs, crossovers).
 A candidate scores the forest's mean less ``kappa`` times the spread of its trees (a lower confidence
@@ -179,10 +179,14 @@ class SurrogateStrategy(EvolutionStrategy):
         give: the forest splits on small non-negative integers, and a column's levels are what it can take."""
         import numpy
 
-        knobs = self.space.knobs
+        knobs = self._read_knobs()
         positions = numpy.array([[knob.index(genome[knob.name]) for knob in knobs] for genome in genomes], dtype=int)
         derived = [table[positions[:, a], positions[:, b]] for a, b, table in self._pair_tables()]
         return numpy.concatenate([positions, numpy.array(derived, dtype=int).T], axis=1) if derived else positions
+
+    def _read_knobs(self) -> list:
+        """The knobs the fitness reads (``reads``; all by default): the others only add noise to the model."""
+        return [knob for knob in self.space.knobs if self._reads is None or knob.name in self._reads]
 
     def _pair_tables(self) -> list:
         """(a, b, table) for every two numeric knobs a < b: table[i, j], the rank of the product of a's value
@@ -190,7 +194,7 @@ class SurrogateStrategy(EvolutionStrategy):
         if self._tables is None:
             import numpy
 
-            knobs = self.space.knobs
+            knobs = self._read_knobs()
             numeric = [i for i, knob in enumerate(knobs)
                        if len(knob.values) > 1 and all(_positive_number(v) for v in knob.values)]
             self._tables = []
