@@ -120,10 +120,8 @@ class SurrogateStrategy(EvolutionStrategy):
         ranked = list(ranked)
         taken: list[Genome] = []
         if others and self.options.design_picks:
-            improving, share = self._improving_designs(), wanted // (len(others) + 1)
             for design in others:
-                picks = max(self.options.design_picks, share if design in improving else 0)
-                of_design = [g for g in ranked if self._design(g) == design][:picks]
+                of_design = [g for g in ranked if self._design(g) == design][: self.options.design_picks]
                 taken += of_design[: max(0, wanted - len(taken))]
         for genome in ranked:
             if len(taken) == wanted:
@@ -135,18 +133,6 @@ class SurrogateStrategy(EvolutionStrategy):
     def _design(self, genome: Genome) -> frozenset:
         """Which knobs the genome's kernel does not read: its design (one design where the space has no others)."""
         return frozenset(self.space.inactive(genome.as_dict()))
-
-    def _improving_designs(self) -> set[frozenset]:
-        """The designs whose best genome came among their last 2 * population evaluations: still improving."""
-        best: dict[frozenset, float] = {}
-        since: dict[frozenset, int] = {}
-        for o in self.observations.values():  # in the order they were told
-            design = self._design(o.genome)
-            if o.fitness_s is not None and o.fitness_s < best.get(design, math.inf):
-                best[design], since[design] = o.fitness_s, 0
-            elif design in since:
-                since[design] += 1
-        return {design for design, count in since.items() if count < 2 * self.population}
 
     def _other_designs(self) -> dict[frozenset, list[Genome]]:
         """Each design with a success other than the leading one's: its genomes, fastest first (none where the
