@@ -11,7 +11,8 @@ in turns sample by sample; a shape where the op's time over PyTorch's, pair by p
 as a wrong result does.
 
 Standalone: imports torch and the files beside it (the exported module; ``evo_flush.py``, the cache flush
-evo's timing uses), never evo. Fresh random inputs per shape; the output is poisoned (NaN) before the op
+evo's timing uses; ``evo_queued.py``, its samples queued behind a spin kernel so no host gap is timed), never
+evo. Fresh random inputs per shape; the output is poisoned (NaN) before the op
 writes it, so an unwritten element fails; everything is timed the same way in this process, with cold
 caches when the search timed that way (metadata's ``cold_cache``) unless a flag says otherwise.
 """
@@ -54,6 +55,19 @@ def _replay(run, burst: int):
         return lambda: [run() for _ in range(burst)]
 
 
+def _queue():
+    from evo_queued import SpinQueue  # evo's fitness/_queued.py, shipped beside this file
+
+    return SpinQueue.shared()
+
+
+def _burst(run, queue) -> int:
+    """Calls a graph holds to last at least 500 us, from the GPU time of a short graph's replays (as evo sizes it)."""
+    probe = _replay(run, 4)
+    per_call = max(min(queue.batch([(None, probe)] * 3)) / 4, 1e-7)
+    return max(2, min(500, math.ceil(500e-6 / per_call)))
+
+
 def _time_cold(run, device: str, samples: int = 50) -> float:
     """Median seconds per call, each after the cache is flushed (as evo times with --cold-cache):
     on CUDA one call between two events, the whole batch queued behind a spin kernel."""
@@ -72,37 +86,19 @@ def _time_cold(run, device: str, samples: int = 50) -> float:
             values.append(time.perf_counter() - start)
         return statistics.median(values)
     torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(samples)]
-    torch.cuda._sleep(100_000_000)  # ~50 ms: the host queues every call before the GPU reaches them
-    for begin, end in events:
-        flush()
-        begin.record()
-        run()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(begin.elapsed_time(end) * 1e-3 for begin, end in events)
+    return statistics.median(_queue().batch([(flush, run)] * samples))
 
 
 def _time(run, device: str, samples: int = 15) -> float:
     """Median seconds per call: CUDA events around replays of a graph of back-to-back calls lasting at
-    least 500 us (as evo times), or perf_counter per call on the CPU."""
+    least 500 us, queued behind a spin kernel (as evo times), or perf_counter per call on the CPU."""
     for _ in range(3):
         run()
     values = []
     if device == "cuda":
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        run()
-        end.record()
-        end.synchronize()
-        burst = max(2, min(500, math.ceil(500e-6 / max(begin.elapsed_time(end) * 1e-3, 1e-7))))
-        replay = _replay(run, burst)
-        for _ in range(samples):
-            begin.record()
-            replay()
-            end.record()
-            end.synchronize()
-            values.append(begin.elapsed_time(end) * 1e-3 / burst)
+        queue = _queue()
+        burst = _burst(run, queue)
+        values = [seconds / burst for seconds in queue.batch([(None, _replay(run, burst))] * samples)]
     else:
         for _ in range(samples):
             start = time.perf_counter()
@@ -128,28 +124,16 @@ def _paired(op, anchor, device: str, cold: bool, samples: int = 40) -> tuple[flo
         run()
     pairs: list[list[float]] = []
     if device == "cuda":
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        burst = 1
+        queue, burst = _queue(), 1
         if not cold:
-            singles = []
-            for run in runs:
-                begin.record()
-                run()
-                end.record()
-                end.synchronize()
-                singles.append(begin.elapsed_time(end) * 1e-3)
-            burst = max(2, min(500, math.ceil(500e-6 / max(min(singles), 1e-7))))
+            burst = min(_burst(run, queue) for run in runs)
             runs = [_replay(run, burst) for run in runs]
+        order = [index for number in range(samples) for index in ((0, 1) if number % 2 == 0 else (1, 0))]
+        times = queue.batch([(flush, runs[index]) for index in order])  # every sample queued behind one spin
         for number in range(samples):
             pair = [0.0, 0.0]
-            for index in (0, 1) if number % 2 == 0 else (1, 0):
-                if flush is not None:
-                    flush()
-                begin.record()
-                runs[index]()
-                end.record()
-                end.synchronize()
-                pair[index] = begin.elapsed_time(end) * 1e-3 / burst
+            for index, seconds in zip(order[2 * number: 2 * number + 2], times[2 * number: 2 * number + 2]):
+                pair[index] = seconds / burst
             pairs.append(pair)
     else:
         for number in range(samples):

@@ -16,6 +16,7 @@ The package needs torch (and, for CUDA kernels, cuda.bindings), never evo:
                       (a workload op: every workload shape against PyTorch's computation, failing where
                       the op is slower beyond timing noise)
     evo_flush.py      the cache flush evo's --cold-cache timing uses (fitness/_flush.py), for selfcheck.py
+    evo_queued.py     evo's CUDA samples queued behind a spin kernel (fitness/_queued.py), for selfcheck.py
     evo_dispatch.py   the dispatch rule (seeds/_dispatch.py)
     evo_family.py     the family's own runtime module (its inputs, reference, anchor, load and launch, and
                       the public function), with the ``export_files`` it imports: the code evo's evaluators
@@ -36,12 +37,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from db import Store
-from fitness import BuildConfig, Builder, Status, _flush, format_seconds
+from fitness import BuildConfig, Builder, Status, _flush, _queued, format_seconds
 from fitness.build import ARTIFACT_SUFFIX, compiler_version, default_cache_dir
 
 SELFCHECK = Path(__file__).with_name("_selfcheck.py")
 OP_TEMPLATE = Path(__file__).with_name("_templates") / "op.py.in"  # one op module for every family
 FLUSH = Path(_flush.__file__)  # shipped as evo_flush.py: the self-check flushes as the evaluator does
+QUEUED = Path(_queued.__file__)  # shipped as evo_queued.py: the self-check queues its samples as the evaluator does
 
 
 def _dispatch_module() -> Path:
@@ -253,6 +255,7 @@ def _write_files(family, run, module_name: str, built, kernels: list[_Kernel], d
         write(name, path.read_text())
     write("metadata.json", json.dumps(metadata, indent=1, default=str))
     write("evo_flush.py", FLUSH.read_text())
+    write("evo_queued.py", QUEUED.read_text())
     write("evo_dispatch.py", _dispatch_module().read_text())
     shutil.copyfile(SELFCHECK, out / "selfcheck.py")
     files.append(out / "selfcheck.py")

@@ -133,7 +133,7 @@ def test_the_op_runs_the_winning_kernel_pytorch_where_it_loses_and_the_nearest_c
     metadata = json.loads((package / "metadata.json").read_text())
     assert [(r["shape"], r["choice"]) for r in metadata["table"]] == [("wins", fast.id), ("loses", "pytorch")]
     assert sorted(p.name for p in package.iterdir()) == sorted(
-        ["README.md", "build.sh", "cpu_gemm_two.py", "evo_dispatch.py", "evo_family.py", "evo_flush.py", f"kernel_{fast.id}.cpp",
+        ["README.md", "build.sh", "cpu_gemm_two.py", "evo_dispatch.py", "evo_family.py", "evo_flush.py", "evo_queued.py", f"kernel_{fast.id}.cpp",
          f"kernel_{fast.id}.so", "metadata.json", "selfcheck.py"])
     script = f"""
         import sys, torch
