@@ -63,9 +63,7 @@ def _queue():
 
 def _burst(run, queue) -> int:
     """Calls a graph holds to last at least 500 us, from the GPU time of a short graph's replays (as evo sizes it)."""
-    probe = _replay(run, 4)
-    per_call = max(min(queue.batch([(None, probe)] * 3)) / 4, 1e-7)
-    return max(2, min(500, math.ceil(500e-6 / per_call)))
+    return queue.launches_lasting(lambda calls: _replay(run, calls), 500e-6, 2, 500)
 
 
 def _time_cold(run, device: str, samples: int = 50) -> float:

@@ -15,6 +15,7 @@ queued again behind a spin twice as long.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Callable, Sequence
 
@@ -51,6 +52,13 @@ class SpinQueue:
         import torch
 
         return torch.cuda.current_device()
+
+    def launches_lasting(self, capture: Callable[[int], Callable[[], None]], seconds: float, fewest: int,
+                         most: int, probe: int = 4) -> int:
+        """How many launches a graph needs to last ``seconds`` on the GPU (between ``fewest`` and ``most``),
+        from the fastest of three replays of a graph of ``probe`` launches (``capture(k)``: a graph of k)."""
+        per_launch = max(min(self.batch([(None, capture(probe))] * 3)) / probe, 1e-7)
+        return max(fewest, min(most, math.ceil(seconds / per_launch)))
 
     def _events(self, count: int) -> list:
         return [self._torch.cuda.Event(enable_timing=True) for _ in range(count)]

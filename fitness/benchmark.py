@@ -46,7 +46,6 @@ def summarize(shape: str, samples: list[float], cut_short: bool = False) -> Shap
 
 COLD_BATCH = 25  # cold CUDA samples queued behind one spin kernel
 QUEUED_BATCH = 8  # graph replays queued behind one spin kernel
-PROBE_BURST = 4  # launches of the graph whose replays size the burst
 
 
 UNSTABLE_SPREAD = 0.25  # a timing whose p90 lies this far above its median is measured again, then flagged
@@ -145,11 +144,9 @@ def _cuda_samples(run: Callable[[], None], plan: TimingPlan, cutoff_s: float | N
 
 
 def _burst(run: Callable[[], None], queue: SpinQueue) -> int:
-    """Launches a graph replay holds to last CUDA_SAMPLE_TARGET_S, from the GPU time of a few (the fastest
-    of three replays of a short graph, timed without host gaps)."""
-    probe = _capture(run, PROBE_BURST)
-    per_launch = max(min(queue.batch([(None, probe)] * 3)) / PROBE_BURST, 1e-7)
-    return max(CUDA_MIN_BURST, min(CUDA_MAX_BURST, math.ceil(CUDA_SAMPLE_TARGET_S / per_launch)))
+    """Launches a graph replay holds to last CUDA_SAMPLE_TARGET_S, from the GPU time of a few."""
+    return queue.launches_lasting(lambda launches: _capture(run, launches), CUDA_SAMPLE_TARGET_S,
+                                  CUDA_MIN_BURST, CUDA_MAX_BURST)
 
 
 def _capture(run: Callable[[], None], burst: int) -> Callable[[], None]:

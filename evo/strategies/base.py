@@ -57,11 +57,12 @@ class Strategy(abc.ABC):
         others are not (they would time the same kernel); None: every knob."""
         if population < 1:
             raise ValueError(f"population must be at least 1, got {population}")
-        unknown = sorted(set(reads or ()) - {k.name for k in space.knobs})
+        names = {k.name for k in space.knobs}
+        unknown = sorted(set(reads or ()) - names)
         if unknown:
             raise ValueError(f"reads names knobs the space does not have: {unknown}")
         self.space = space
-        self._reads = None if reads is None or set(reads) == {k.name for k in space.knobs} else tuple(sorted(reads))
+        self._reads = None if reads is None or set(reads) == names else tuple(sorted(reads))
         self._fitness_keys: Counter[Hashable] = Counter()  # of genomes asked, or told, and not failed
         self._counted: set[str] = set()
         self.niches = dict(niches or {})
@@ -118,7 +119,10 @@ class Strategy(abc.ABC):
             self._fitness_keys[self.fitness_key(genome)] += 1
         elif not standing and genome.id in self._counted:
             self._counted.discard(genome.id)
-            self._fitness_keys -= Counter({self.fitness_key(genome): 1})
+            key = self.fitness_key(genome)
+            self._fitness_keys[key] -= 1
+            if not self._fitness_keys[key]:
+                del self._fitness_keys[key]
 
     def add_seeds(self, genomes: Sequence[Genome]) -> None:
         """The family's seed genomes, evaluated by the framework itself: never proposed again,
@@ -162,8 +166,15 @@ class Strategy(abc.ABC):
     def _first_unseen(self, limit: int = 200_000) -> Genome | None:
         if self.space.size() > limit:
             return None
-        unseen = [g for g in self.space.enumerate() if g.id not in self.seen]
-        return next((g for g in unseen if self.is_new(g)), unseen[0] if unseen else None)
+        fallback = None  # the first unseen genome, where every unseen one times a kernel already standing
+        for genome in self.space.enumerate():
+            if genome.id in self.seen:
+                continue
+            if self.is_new(genome):
+                return genome
+            if fallback is None:
+                fallback = genome
+        return fallback
 
 
 def parse_options(options_class, values: Mapping[str, Any], strategy: str):

@@ -9,9 +9,9 @@ children instead. Then, for each batch, a
 random forest (evo.strategies._forest) is fitted on all evaluations: a genome is the value positions of the knobs
 the fitness reads (``reads``: all but flashcore's ``*_d128`` at its mission shape) and, for every two numeric
 knobs, the log2 of their product and of their ratio (threads per block, a tile's area, the work per thread:
-what a GPU kernel's time turns on, and what splits on one knob at a time cannot see), the target its log time; a failure is learned as twice the slowest success, so the model steers away from
-what fails. The candidates are every unseen valid genome where the space lists its members or is small enough to
-enumerate, else many children of the best genomes (mutations of one to three knobs, crossovers).
+what a GPU kernel's time turns on, and what splits on one knob at a time cannot see), the target its log time; a
+failure is learned as twice the slowest success, so the model steers away from what fails. The candidates are
+every unseen valid genome where the space lists its members or is small enough to enumerate, else many children of the best genomes (mutations of one to three knobs, crossovers).
 A candidate scores the forest's mean less ``kappa`` times the spread of its trees (a lower confidence
 bound: optimism where the trees disagree); the batch takes the best scores among genomes that differ from
 each other in at least ``spread`` knobs (the model's best few are often one genome with a knob it cannot
