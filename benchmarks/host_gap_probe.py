@@ -89,19 +89,21 @@ def main() -> int:
         burners = [multiprocessing.Process(target=_burn, args=(stop,)) for _ in range(os.cpu_count() if load == "loaded" else 0)]
         for burner in burners:
             burner.start()
-        for repeat in range(2):
-            row = {}
-            for name, run in runs.items():
-                timed = benchmark.time_runs(run, "cuda", FAMILY.timing, "mission").median_s
-                spun, burst = _behind_a_spin(run)
-                row[name] = (timed, spun, burst, _host_launch_s(run))
-            print(load, repeat, " | ".join(f"{n}: evaluator {a * 1e6:.2f} us, behind a spin {b * 1e6:.2f} us (burst {c}), "
-                                           f"host launch {d * 1e6:.1f} us" for n, (a, b, c, d) in row.items()),
-                  f"| ratio: evaluator {row['kernel'][0] / row['cudnn'][0]:.3f}, behind a spin "
-                  f"{row['kernel'][1] / row['cudnn'][1]:.3f}", flush=True)
-        stop.set()
-        for burner in burners:
-            burner.join()
+        try:  # the burners stop however this ends (a closed pipe, an interrupt)
+            for repeat in range(2):
+                row = {}
+                for name, run in runs.items():
+                    timed = benchmark.time_runs(run, "cuda", FAMILY.timing, "mission").median_s
+                    spun, burst = _behind_a_spin(run)
+                    row[name] = (timed, spun, burst, _host_launch_s(run))
+                print(load, repeat, " | ".join(f"{n}: evaluator {a * 1e6:.2f} us, behind a spin {b * 1e6:.2f} us "
+                                               f"(burst {c}), host launch {d * 1e6:.1f} us" for n, (a, b, c, d) in row.items()),
+                      f"| ratio: evaluator {row['kernel'][0] / row['cudnn'][0]:.3f}, behind a spin "
+                      f"{row['kernel'][1] / row['cudnn'][1]:.3f}", flush=True)
+        finally:
+            stop.set()
+            for burner in burners:
+                burner.join()
     return 0
 
 
