@@ -209,8 +209,10 @@ class Search:
                     self._gate_best_qualifier(run_id, pipeline)
                 strategy_dry = strategy_dry and not finished
                 stop_reason = stop_reason or self._stop_reason()
-                if stop_reason == "time_exhausted":
-                    return stop_reason  # pending candidates stay unevaluated; --resume finishes them
+                if stop_reason in ("time_exhausted", "target_reached"):
+                    # what is still on its way stays unevaluated (after a time budget --resume finishes it): once
+                    # a kernel has met the target through the gate, timing more only spends the GPU
+                    return stop_reason
                 answered = self.asker.collect()
                 if answered is not None and stop_reason is None:
                     proposals, generation = answered

@@ -128,6 +128,10 @@ def test_a_reachable_target_stops_the_search(ray_session, tmp_path, capsys):
                          "WHERE g.passed")
     summary = capsys.readouterr().out
     assert "passed the hard gate" in summary and f"{gated}: 10 rounds" in summary
+    # the search stops at the gate: nothing on its way then is timed (each would spend the GPU for nothing)
+    (after,), = rows(db, "SELECT COUNT(*) FROM evaluations WHERE created_at > (SELECT created_at FROM gate_checks "
+                         "WHERE passed)")
+    assert after == 0
     check_store_invariants(db)
 
 
