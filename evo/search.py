@@ -197,7 +197,8 @@ class Search:
 
     def _drive(self, run_id: int, pipeline: Pipeline) -> str:
         """Collect results, ask for the next batch in the background when the pipeline wants one (evo/_asking.py),
-        submit it when it comes; until the run stops and nothing is left on its way."""
+        submit it when it comes; until the run stops and nothing is left on its way (after a target reached or
+        the time spent: at once)."""
         stop_reason = None
         strategy_dry = False  # the strategy had nothing new; ask again only after a new result
         try:
