@@ -16,8 +16,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from evo.strategies import Observation, make_strategy  # noqa: E402
+from _as_the_loop import evaluations_to  # noqa: E402
+from evo.strategies import make_strategy  # noqa: E402
 from kernel_genome import Boolean, Choice, PowerOfTwo, Space  # noqa: E402
 
 CLASSIC = [f"c{i}" for i in range(8)]
@@ -46,22 +48,8 @@ def evaluations_to_optimum(strategy: str, seed: int, budget: int, options: dict 
                            population: int = 8) -> int | None:
     """One run as the search loop drives it, the seed evaluated first; the evaluation that got within 5%."""
     chosen = make_strategy(strategy, SPACE, seed=seed, population=population, options=options)
-    chosen.add_seeds([SEED])
-    chosen.tell([Observation(SEED, 0, "ok", seconds(SEED, ws_best))])
-    told, waiting, generation = 1, [], 1
-    while told < budget:
-        if len(waiting) <= population and told + len(waiting) < budget:
-            waiting += [(p.genome, generation) for p in chosen.ask(min(population, budget - told - len(waiting)))]
-            generation += 1
-        if not waiting:
-            return None
-        genome, born = waiting.pop(0)
-        told += 1
-        time = seconds(genome, ws_best)
-        if time <= 1.05 * min(1.0, ws_best):
-            return told
-        chosen.tell([Observation(genome, born, "ok", time)])
-    return None
+    return evaluations_to(chosen, SEED, lambda genome: seconds(genome, ws_best), 1.05 * min(1.0, ws_best), budget,
+                          population)
 
 
 def main() -> int:

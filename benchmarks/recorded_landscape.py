@@ -29,11 +29,13 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy  # noqa: E402
 
+from _as_the_loop import evaluations_to  # noqa: E402
 from evo.search import _Setting  # noqa: E402
-from evo.strategies import Observation, make_strategy  # noqa: E402
+from evo.strategies import make_strategy  # noqa: E402
 from evo.strategies._forest import Forest  # noqa: E402
 from kernel_genome import Constraint  # noqa: E402
 from seeds import get_family  # noqa: E402
@@ -90,23 +92,7 @@ class Landscape:
     def evaluations_to(self, goal_s: float, seed: int, budget: int, options: dict, population: int = 8) -> int | None:
         chosen = make_strategy("surrogate", self.space, seed=seed, population=population, options=options,
                                reads=self.reads)
-        first = self.family.seed_genomes[0]
-        chosen.add_seeds([first])
-        chosen.tell([Observation(first, 0, "ok", self.seconds(first))])
-        told, waiting, generation = 1, [], 1
-        while told < budget:
-            if len(waiting) <= population:
-                waiting += [(p.genome, generation) for p in chosen.ask(population)]
-                generation += 1
-            if not waiting:
-                return None
-            genome, born = waiting.pop(0)
-            told += 1
-            seconds = self.seconds(genome)
-            if seconds is not None and seconds <= goal_s:
-                return told
-            chosen.tell([Observation(genome, born, "ok" if seconds is not None else "screened_out", seconds)])
-        return None
+        return evaluations_to(chosen, self.family.seed_genomes[0], self.seconds, goal_s, budget, population)
 
 
 def parse_variant(text: str) -> dict:
