@@ -1,5 +1,6 @@
 """End-to-end searches through Ray on the CPU family, as a user runs them."""
 
+import importlib.util
 import json
 import os
 import signal
@@ -133,6 +134,15 @@ def test_a_reachable_target_stops_the_search(ray_session, tmp_path, capsys):
                          "WHERE passed)")
     assert after == 0
     check_store_invariants(db)
+    # benchmarks/evaluations_by_design.py reads the run: every evaluation up to the first within the target
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "evaluations_by_design.py"
+    spec = importlib.util.spec_from_file_location("evaluations_by_design", path)
+    by_design = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(by_design)
+    assert by_design.main(["--db", str(db), "--family", "cpu_gemm"]) == 0
+    statuses = rows(db, "SELECT status, fitness_s FROM evaluations ORDER BY id")
+    first = next(i for i, (status, s) in enumerate(statuses, 1) if status == "ok" and s <= 8e-3)
+    assert f"seed 0 target 8000.00 us: {first}: {first} reads every knob" in capsys.readouterr().out
 
 
 def test_a_search_tuned_for_another_shape(ray_session, tmp_path, capsys):
