@@ -1,10 +1,27 @@
+import importlib.util
 import os
 import shutil
 import uuid
+from pathlib import Path
 
 import pytest
 
 FAULTY = "tests.families.faulty:FAMILY"
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def repository_module():
+    """Loads a file of this repository that is not on the import path (a benchmark, evo/_selfcheck.py) as a
+    module: ``repository_module("benchmarks/design_trap.py")``."""
+    def load(relative: str):
+        path = REPOSITORY / relative
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
 
 
 @pytest.fixture(scope="session")

@@ -388,12 +388,8 @@ def test_the_hard_gate_fails_rounds_that_disagree(tmp_path, monkeypatch):
     assert not result.passed and result.message.startswith("round 3: 20000.00 us is over the target")
 
 
-def test_the_self_check_says_where_its_times_differ_from_the_exports():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("selfcheck", Path(__file__).resolve().parents[1] / "evo" / "_selfcheck.py")
-    selfcheck = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(selfcheck)
+def test_the_self_check_says_where_its_times_differ_from_the_exports(repository_module):
+    selfcheck = repository_module("evo/_selfcheck.py")
     assert selfcheck._differs("the kernel", 105e-6, 100e-6, 0.02) == ""  # within the spread
     note = selfcheck._differs("the kernel", 12e-3, 114e-6, 0.02)
     assert "12000.00 us here against 114.00 us at export (105.26x" in note

@@ -1,6 +1,5 @@
 """End-to-end searches through Ray on the CPU family, as a user runs them."""
 
-import importlib.util
 import json
 import os
 import signal
@@ -106,7 +105,7 @@ def check_lineage_report(db, out):
     assert dot.startswith("digraph") and dot.count(" -> ") == rows(db, "SELECT COUNT(*) FROM lineage_edges")[0][0]
 
 
-def test_a_reachable_target_stops_the_search(ray_session, tmp_path, capsys):
+def test_a_reachable_target_stops_the_search(ray_session, tmp_path, capsys, repository_module):
     db = tmp_path / "evo.db"
     code = main(["search", "--family", "cpu_gemm", "--budget", "40", "--target", "8ms", "--db", str(db), "--trials", "1"])
     assert code == 0
@@ -135,10 +134,7 @@ def test_a_reachable_target_stops_the_search(ray_session, tmp_path, capsys):
     assert after == 0
     check_store_invariants(db)
     # benchmarks/evaluations_by_design.py reads the run: every evaluation up to the first within the target
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "evaluations_by_design.py"
-    spec = importlib.util.spec_from_file_location("evaluations_by_design", path)
-    by_design = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(by_design)
+    by_design = repository_module("benchmarks/evaluations_by_design.py")
     assert by_design.main(["--db", str(db), "--family", "cpu_gemm"]) == 0
     statuses = rows(db, "SELECT status, fitness_s FROM evaluations ORDER BY id")
     first = next(i for i, (status, s) in enumerate(statuses, 1) if status == "ok" and s <= 8e-3)

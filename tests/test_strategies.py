@@ -280,16 +280,10 @@ def test_the_surrogate_sees_products_and_ratios_of_numeric_knobs_and_spreads_its
         make_strategy("surrogate", space, seed=0, population=8, options={"spread": 0})
 
 
-def test_the_surrogate_breeds_and_picks_from_every_design_so_an_easy_one_does_not_trap_it():
+def test_the_surrogate_breeds_and_picks_from_every_design_so_an_easy_one_does_not_trap_it(repository_module):
     """benchmarks/design_trap.py's space: design ws, one knob away, stalls at 1.35x; the classic design holds
     the optimum behind eight knobs. Without picks for the other design the model never leaves ws."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "design_trap.py"
-    spec = importlib.util.spec_from_file_location("design_trap", path)
-    trap = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(trap)
+    trap = repository_module("benchmarks/design_trap.py")
     with_picks = [trap.evaluations_to_optimum("surrogate", seed, 250, None) for seed in (0, 1)]
     without = [trap.evaluations_to_optimum("surrogate", seed, 250, {"design_picks": 0}) for seed in (0, 1)]
     assert all(found is not None for found in with_picks) and without == [None, None], (with_picks, without)
