@@ -10,7 +10,6 @@ Prints one line per repeat: each time, its burst, the host's launch time, and th
 from __future__ import annotations
 
 import json
-import math
 import multiprocessing
 import os
 import statistics
@@ -25,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from fitness import benchmark  # noqa: E402
+from fitness._queued import SpinQueue  # noqa: E402
 from seeds.flashcore import runtime  # noqa: E402
 from seeds.flashcore.spec import FAMILY  # noqa: E402
 
@@ -46,15 +46,10 @@ def _build(genome, folder: Path) -> Path:
     return folder / "k.cubin"
 
 
-def _behind_a_spin(run, samples: int = 200, target_s: float = 500e-6) -> tuple[float, int]:
+def _behind_a_spin(run, samples: int = 200) -> tuple[float, int]:
+    """Median seconds a launch, each graph replay (its burst sized as the evaluator sizes it) behind a spin."""
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    probe = benchmark._capture(run, 20)
-    torch.cuda._sleep(SPIN_CYCLES)
-    begin.record()
-    probe()
-    end.record()
-    end.synchronize()
-    burst = max(2, min(500, math.ceil(target_s / (begin.elapsed_time(end) * 1e-3 / 20))))
+    burst = benchmark._burst(run, SpinQueue.shared())
     replay = benchmark._capture(run, burst)
     times = []
     for _ in range(samples):
