@@ -6,7 +6,7 @@
 A single kernel's package: every shape of its family, the kernel against the family's anchor (and the
 module's OTHER_ANCHORS, each printed below it). A workload's op: every workload shape, the op as a user
 calls it against PyTorch's own computation of the same result (what the op falls back to), the two timed
-in turns sample by sample; a shape where the op's time over PyTorch's, pair by pair, is above
+in turns sample by sample (graph replays; on a GPU also eager calls back to back, printed below each row); a shape where the op's time over PyTorch's, pair by pair, is above
 1 + SLOWER_BEYOND beyond the timing's noise (the lower 95% confidence bound of its median above it) fails,
 as a wrong result does.
 
@@ -148,6 +148,19 @@ def _paired(op, anchor, device: str, cold: bool, samples: int = 40) -> tuple[flo
     return statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs), statistics.median(ratios), low
 
 
+def _eager(op, anchor, rounds: int = 9) -> tuple[float, float]:
+    """Median seconds per call of the op and of the anchor called eagerly back to back (the host's cost counts
+    where it exceeds the GPU's), in turns; evo_decisions.time_calls, as the op decides."""
+    from evo_decisions import time_calls
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    times: list[list[float]] = [[], []]
+    for _ in range(rounds):
+        for index, run in enumerate((op, anchor)):
+            times[index].append(time_calls(run, device, 5e-3))
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
 def _verify(kernel, shape: dict, inputs, tolerance: dict) -> tuple[bool, float, float]:
     """(passes, max abs error, relative L2 error): the op written into a poisoned output, and the op as
     called, against the reference."""
@@ -159,17 +172,14 @@ def _verify(kernel, shape: dict, inputs, tolerance: dict) -> tuple[bool, float, 
         outputs.append(kernel.run(shape, inputs).reshape(out.shape))
     if kernel.DEVICE == "cuda":
         torch.cuda.synchronize()
-    reference = kernel.reference(shape, inputs).to(torch.float64)
+    from evo_decisions import within  # the op's own check, shipped beside this file
+
+    reference = kernel.reference(shape, inputs)
     ok, worst_abs, worst_rel = True, 0.0, 0.0
     for got in outputs:
-        difference = got.to(torch.float64) - reference
-        max_abs = difference.abs().max().item()
-        rel_l2 = (difference.norm() / reference.norm().clamp_min(1e-30)).item()
-        # as evo verifies: every |out - ref| <= max_abs + rtol |ref| (rtol 0 in exports that predate it)
-        beyond = int((difference.abs() > tolerance["max_abs"] + tolerance.get("rtol", 0.0) * reference.abs()).sum())
-        ok &= math.isfinite(max_abs) and beyond == 0 and rel_l2 <= tolerance["max_rel_l2"]
-        worst_abs = max(worst_abs, max_abs) if math.isfinite(max_abs) else math.inf  # NaN: never written
-        worst_rel = max(worst_rel, rel_l2) if math.isfinite(rel_l2) else math.inf
+        passed, max_abs, rel_l2 = within(got, reference, tolerance)
+        ok &= passed
+        worst_abs, worst_rel = max(worst_abs, max_abs), max(worst_rel, rel_l2)
     return ok, worst_abs, worst_rel
 
 
@@ -263,6 +273,10 @@ def _check_op(kernel, metadata: dict, timer, cold: bool) -> bool:
         print(f"{shape['name']:>{width}} {choice or 'PyTorch':>17} {max_abs:11.3g} {op * 1e6:9.2f}us "
               f"{anchor * 1e6:9.2f}us {1 / ratio:7.2f}x {then:>19}  {verdict}")
         op_then = row.get("kernel_s") if row.get("choice") not in (None, "pytorch") else row.get("anchor_s")
+        if kernel.DEVICE == "cuda":  # as a model calls it: eager calls, the host's cost included
+            eager_op, eager_anchor = _eager(lambda: kernel.run(shape, inputs), lambda: kernel.fallback(shape, inputs))
+            print(f"{'':>{width}} {'eager calls':>17} {'':>11} {eager_op * 1e6:9.2f}us {eager_anchor * 1e6:9.2f}us "
+                  f"{eager_anchor / eager_op:7.2f}x")
         for note in (_differs("the op", op, op_then), _differs("the anchor", anchor, row.get("anchor_s"))):
             if note:
                 notes.append(f"{shape['name']}: {note}")

@@ -22,6 +22,17 @@ SAFE_BUILTINS = {"min": min, "max": max, "abs": abs}
 CUDA_DEFAULT_SHARED = 48 * 1024  # dynamic shared memory a kernel may use without asking
 
 
+# seeds/_cuda.py, inside evo or beside an exported package as evo_cuda.py: bound when this module is imported,
+# so that another evo package's file of that name never stands in for it
+try:
+    from seeds import _cuda as _CUDA
+except ImportError:  # an exported package
+    try:
+        import evo_cuda as _CUDA
+    except ImportError:  # a CPU family's package ships no evo_cuda.py
+        _CUDA = None
+
+
 def evaluate(expression: str, names: Mapping[str, Any]) -> Any:
     return eval(compile(str(expression).strip(), "<spec>", "eval"), {"__builtins__": SAFE_BUILTINS}, dict(names))
 
@@ -33,6 +44,7 @@ def knob_names(genome: Mapping[str, Any]) -> dict[str, Any]:
 
 class SpecRuntime:
     PUBLIC = "call"
+    NO_GRADIENT = "a short spec's op computes no gradients"
 
     def __init__(self, spec: Mapping[str, Any]) -> None:
         self.spec = dict(spec)
@@ -119,11 +131,7 @@ class SpecRuntime:
             function.argtypes = [ctypes.c_void_p if "tensor" in a else CTYPES[a["ctype"]] for a in self.spec["args"]]
             function.restype = None
             return function, genome
-        try:
-            from seeds._cuda import CudaModule
-        except ImportError:  # an exported package: seeds/_cuda.py beside it as evo_cuda.py
-            from evo_cuda import CudaModule
-        module = CudaModule(artifact)
+        module = _CUDA.CudaModule(artifact)
         return module.kernel(self.spec["function"]), genome
 
     def launch(self, loaded, dims: Mapping[str, int], inputs, out) -> None:
@@ -151,8 +159,13 @@ class SpecRuntime:
 
     # -- the exported op's public function ----------------------------------------------------------
     def call(self, op, *inputs):
-        """The op on the inputs (in the order of the spec's input tensors): the evolved kernel chosen for
-        this shape, or the anchor where none is faster."""
+        """The op on the inputs (in the order of the spec's input tensors): the evolved kernel measured fastest
+        for this shape, or the anchor where none is faster."""
+        self.dims_of(inputs)
+        return op(*inputs)
+
+    def compute(self, op, *inputs):
+        """The custom op's body: the chosen kernel, or the anchor."""
         dims = self.dims_of(inputs)
         kernel, _ = op.choose(dims)
         if kernel is None:
@@ -175,7 +188,7 @@ def runtime_module(family: str, spec: Mapping[str, Any]) -> str:
     import json
 
     names = ("DEVICE", "PUBLIC", "SCHEMA", "USAGE", "make_inputs", "make_output", "reference", "anchor", "load",
-             "launch", "call", "call_with", "fake")
+             "launch", "call", "compute", "call_with", "fake", "NO_GRADIENT")
     return (f'"""The runtime of family {family}: its short spec (SPEC), run by evo_spec_runtime.py as evo '
             f'ran it."""\n\nimport json\n\nfrom evo_spec_runtime import SpecRuntime\n\n'
             f"SPEC = json.loads({json.dumps(json.dumps(spec, indent=1))})\n_RUNTIME = SpecRuntime(SPEC)\n"

@@ -5,11 +5,9 @@ The package needs torch (and, for CUDA kernels, cuda.bindings), never evo:
                       giving the genome, family, verified shapes and measured times (a workload op:
                       kernel_<genome id>.<cu|cpp>, one for each kernel the op runs)
     kernel.<cubin|so> the artifact built from it (build.sh rebuilds every artifact with evo's flags)
-    <name>.py         a Python function on torch tensors, registered as a torch custom op
-                      (torch.library) so that it works inside torch.compile; it dispatches on the
-                      shape (evo_dispatch.py): a single kernel's export runs its kernel wherever it can,
-                      a workload's op runs each shape's fastest verified kernel, or PyTorch's own
-                      computation where none beats it
+    <name>.py         a Python function on torch tensors, backed by a torch custom op (torch.library)
+                      so that it works inside torch.compile; each call shape runs the kernel measured
+                      fastest there on this GPU, or PyTorch's own computation where none beats it (evo_op.py)
     metadata.json     kernels, dispatch table (shape, choice, kernel time, anchor time), family, run,
                       GPU, compiler and torch versions, errors, timings, anchor timings, date
     selfcheck.py      re-verifies against the reference on every shape and re-times against the anchor
@@ -17,7 +15,11 @@ The package needs torch (and, for CUDA kernels, cuda.bindings), never evo:
                       the op is slower beyond timing noise)
     evo_flush.py      the cache flush evo's --cold-cache timing uses (fitness/_flush.py), for selfcheck.py
     evo_queued.py     evo's CUDA samples queued behind a spin kernel (fitness/_queued.py), for selfcheck.py
-    evo_dispatch.py   the dispatch rule (seeds/_dispatch.py)
+    evo_dispatch.py   the workload's dispatch table (seeds/_dispatch.py)
+    evo_op.py         the op at run time (seeds/_op.py): the torch custom op, its backward, the kernels loaded
+                      once per device, and each shape's choice measured at its first call
+    evo_decisions.py  where those choices are kept, how a call is timed as a caller sees it (seeds/_decisions.py)
+    prepare.py        makes the choices ahead of time for a range of shapes
     evo_family.py     the family's own runtime module (its inputs, reference, anchor, load and launch, and
                       the public function), with the ``export_files`` it imports: the code evo's evaluators
                       ran the kernels with (seeds/_family.py, ``RuntimeFamily``)
@@ -46,10 +48,21 @@ FLUSH = Path(_flush.__file__)  # shipped as evo_flush.py: the self-check flushes
 QUEUED = Path(_queued.__file__)  # shipped as evo_queued.py: the self-check queues its samples as the evaluator does
 
 
-def _dispatch_module() -> Path:
-    from seeds import _dispatch
+def _runtime_modules() -> dict[str, Path]:
+    """What every package's op imports, under the names it has there."""
+    from seeds import _decisions, _dispatch, _op
 
-    return Path(_dispatch.__file__)  # shipped as evo_dispatch.py: the op chooses as documented there
+    return {"evo_dispatch.py": Path(_dispatch.__file__), "evo_op.py": Path(_op.__file__),
+            "evo_decisions.py": Path(_decisions.__file__)}
+
+
+PREPARE = ('"""Decide this op\'s kernels ahead of time for a range of shapes on this machine\'s GPU:\n\n'
+           '    python prepare.py s=1:8192 b=1 h=32 h_kv=8 d=128 causal=1 bf16=1\n\n'
+           'NAME=VALUE or NAME=LOW:HIGH[:STEP] for every dimension (metadata.json\'s shapes name them); each shape\n'
+           'bucket not yet decided is verified and timed once, and kept where evo_decisions.py says."""\n\n'
+           'import sys\nfrom pathlib import Path\n\nHERE = Path(__file__).resolve().parent\nsys.path.insert(0, str(HERE))\n\n'
+           'import evo_decisions  # noqa: E402\n\nif __name__ == "__main__":\n'
+           '    sys.exit(evo_decisions.prepare_main(sys.argv[1:], HERE))\n')
 
 
 @dataclass(frozen=True)
@@ -138,18 +151,19 @@ def _export_workload(store: Store, run, family, workload, out: Path) -> ExportRe
     from seeds import DispatchTable
 
     table = dispatch_table(store, run.id, family, workload)
-    kernels = []
+    kernels, ids = [], {}  # ids: a stored genome's id -> its id now (knobs added since default in)
     for genome_id, genome_dict in table.kernels.items():
         genome = family.space.genome(genome_dict)
+        ids[genome_id] = genome.id
         rows = [r for r in table.rows if r.genome_id == genome_id]
         suffix = Path(family.build_recipe(genome).source_name).suffix
         timings = [{"shape": r.shape, "median_s": r.kernel_s} for r in rows]
         anchors = [{"shape": r.shape, "median_s": r.anchor_s} for r in rows]
-        kernels.append(_Kernel(genome, rows[0].individual_id, f"kernel_{genome_id}{suffix}",
-                               f"kernel_{genome_id}{ARTIFACT_SUFFIX[_output(family)]}",
+        kernels.append(_Kernel(genome, rows[0].individual_id, f"kernel_{genome.id}{suffix}",
+                               f"kernel_{genome.id}{ARTIFACT_SUFFIX[_output(family)]}",
                                _header(family, run, rows[0].individual_id, genome, timings, anchors,
                                        [s.name for s in family.shapes] + [r.shape for r in rows])))
-    entries = [{"shape": r.shape, "dims": r.dims, "weight": r.weight, "choice": r.genome_id if r.chosen else None}
+    entries = [{"shape": r.shape, "dims": r.dims, "weight": r.weight, "choice": ids[r.genome_id] if r.chosen else None}
                for r in table.rows]
     dispatch = DispatchTable(entries, family.flag_dims + family.categorical_dims, default=None)
     name = f"{family.name}_{re.sub(r'[^0-9A-Za-z_]', '_', workload.name)}"
@@ -157,8 +171,8 @@ def _export_workload(store: Store, run, family, workload, out: Path) -> ExportRe
                     shapes=[dict(s.dims, name=s.name) for s in workload.shapes],
                     anchor_name=family.fallback_label, compare_with="fallback",
                     table=[dict(shape=r.shape, dims=r.dims, weight=r.weight,
-                                choice=r.genome_id if r.chosen else "pytorch", individual=r.individual_id,
-                                best_kernel=r.genome_id, kernel_s=r.kernel_s, anchor_s=r.anchor_s,
+                                choice=ids[r.genome_id] if r.chosen else "pytorch", individual=r.individual_id,
+                                best_kernel=ids.get(r.genome_id, r.genome_id), kernel_s=r.kernel_s, anchor_s=r.anchor_s,
                                 confirmed=r.confirmed) for r in table.rows],
                     geomean_speedup=dict(op=table.op_geomean, kernels=table.kernel_geomean))
     files = _write_package(family, run, name, kernels, dispatch.to_dict(), metadata, out)
@@ -238,7 +252,7 @@ def _write_files(family, run, module_name: str, built, kernels: list[_Kernel], d
           "set -e\ncd \"$(dirname \"$0\")\"\n" + "".join(shlex.join(c) + "\n" for c in commands))
     (out / "build.sh").chmod(0o755)
     kernel_table = {k.genome.id: {"genome": k.genome.as_dict(), "artifact": k.artifact_name} for k, _, _ in built}
-    module = _op_module(family, module_name, kernel_table, dispatch)
+    module = _op_module(family, module_name, kernel_table, dispatch, _tolerance(family))
     write(f"{module_name}.py", module)
     write("evo_family.py", family.export_runtime())
     compiler = recipe.compiler if built else ("nvcc" if family.device == "cuda" else "c++")
@@ -248,22 +262,27 @@ def _write_files(family, run, module_name: str, built, kernels: list[_Kernel], d
                                    artifact=k.artifact_name) for k in kernels},
         dispatch=dispatch, build_commands=commands, compiler=compiler_version(compiler) or "unknown",
         torch=torch.__version__, hardware=run.hardware,
-        tolerance=dict(max_abs=family.tolerance.max_abs, max_rel_l2=family.tolerance.max_rel_l2,
-                       rtol=family.tolerance.rtol),
+        tolerance=_tolerance(family),
         cold_cache=run.cold_cache, exported_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), **metadata)
     for name, path in family.export_files:
         write(name, path.read_text())
     write("metadata.json", json.dumps(metadata, indent=1, default=str))
     write("evo_flush.py", FLUSH.read_text())
     write("evo_queued.py", QUEUED.read_text())
-    write("evo_dispatch.py", _dispatch_module().read_text())
+    for name, path in _runtime_modules().items():
+        write(name, path.read_text())
+    write("prepare.py", PREPARE)
     shutil.copyfile(SELFCHECK, out / "selfcheck.py")
     files.append(out / "selfcheck.py")
     write("README.md", package_readme(family, run, module_name, module, metadata, commands))
     return tuple(files)
 
 
-def _op_module(family, module_name: str, kernel_table: dict, dispatch: dict) -> str:
+def _tolerance(family) -> dict:
+    return dict(max_abs=family.tolerance.max_abs, max_rel_l2=family.tolerance.max_rel_l2, rtol=family.tolerance.rtol)
+
+
+def _op_module(family, module_name: str, kernel_table: dict, dispatch: dict, tolerance: dict) -> str:
     """The op's module: the generic template with this package's kernels, dispatch table, name and the
     family's public function and its usage."""
     needs = "torch (and cuda.bindings, NVIDIA's driver-API bindings)" if family.device == "cuda" else "torch"
@@ -272,7 +291,8 @@ def _op_module(family, module_name: str, kernel_table: dict, dispatch: dict) -> 
             .replace("__FALLBACK__", family.fallback_label).replace("__NEEDS__", needs)
             .replace("__PUBLIC__", family.runtime.PUBLIC)
             .replace("__KERNELS_JSON__", repr(json.dumps(kernel_table, sort_keys=True)))
-            .replace("__DISPATCH_JSON__", repr(json.dumps(dispatch))).replace("__OP_NAME__", module_name))
+            .replace("__DISPATCH_JSON__", repr(json.dumps(dispatch))).replace("__OP_NAME__", module_name)
+            .replace("__TOLERANCE_JSON__", repr(json.dumps(tolerance))))
 
 
 def package_readme(family, run, module_name: str, module: str, metadata: dict, commands: list) -> str:

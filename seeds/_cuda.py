@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,10 +22,21 @@ class CudaError(RuntimeError):
         self.name = name
 
 
+@functools.cache
 def _driver():
     from cuda.bindings import driver
 
     return driver
+
+
+def current_stream(device: int | None = None) -> int:
+    """The handle of torch's current CUDA stream on ``device`` (default: the current device)."""
+    import torch
+
+    if device is None:
+        device = torch.cuda.current_device()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
 
 
 def _check(call: str, result):
@@ -81,6 +93,8 @@ class CudaKernel:
         self.module = module  # keeps the module loaded while the kernel lives
         self.name = name
         self.function = function
+        self._configs: dict = {}  # cuLaunchKernelEx's configurations, by geometry
+        self._lock = threading.Lock()
 
     def set_max_dynamic_shared(self, size: int) -> None:
         """Allow more than 48 KiB of dynamic shared memory for this kernel."""
@@ -120,19 +134,28 @@ class CudaKernel:
         before the stream's previous kernel completes, once that one has executed
         ``griddepcontrol.launch_dependents``; it must execute ``griddepcontrol.wait`` before it reads
         what that kernel writes."""
-        import torch
-
         driver = _driver()
         grid3 = tuple(grid) + (1,) * (3 - len(grid))
         block3 = tuple(block) + (1,) * (3 - len(block))
         holders = list(args)
         pointers = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
         if stream is None:
-            stream = torch.cuda.current_stream().cuda_stream
+            stream = current_stream()
         if cluster is None and not programmatic:
             _check(f"cuLaunchKernel({self.name})", driver.cuLaunchKernel(
                 self.function, *grid3, *block3, shared_bytes, driver.CUstream(stream), ctypes.addressof(pointers), 0))
             return
+        key = (grid3, block3, shared_bytes, tuple(cluster) if cluster is not None else None, programmatic)
+        with self._lock:  # one configuration object per launch geometry, its stream set for each launch
+            config = self._configs.get(key)
+            if config is None:
+                config = self._configs[key] = self._config(grid3, block3, shared_bytes, cluster, programmatic)
+            config.hStream = driver.CUstream(stream)
+            _check(f"cuLaunchKernelEx({self.name})", driver.cuLaunchKernelEx(
+                config, self.function, ctypes.addressof(pointers), 0))
+
+    def _config(self, grid3, block3, shared_bytes: int, cluster, programmatic: bool):
+        driver = _driver()
         attributes = []
         if cluster is not None:
             attribute = driver.CUlaunchAttribute()
@@ -149,11 +172,44 @@ class CudaKernel:
         config.gridDimX, config.gridDimY, config.gridDimZ = grid3
         config.blockDimX, config.blockDimY, config.blockDimZ = block3
         config.sharedMemBytes = shared_bytes
-        config.hStream = driver.CUstream(stream)
         config.attrs = attributes
         config.numAttrs = len(attributes)
-        _check(f"cuLaunchKernelEx({self.name})", driver.cuLaunchKernelEx(
-            config, self.function, ctypes.addressof(pointers), 0))
+        return config
+
+
+@functools.cache
+def _launch_kernel():
+    """The driver's cuLaunchKernel called through ctypes: the cheapest way from Python to a launch."""
+    function = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+    function.argtypes = [ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    function.restype = ctypes.c_int
+    return function
+
+
+class PreparedLaunch:
+    """One kernel's launch with grid, block, shared memory and argument slots fixed, for a call path that repeats
+    it: a call puts new values into the slots (``put``) and launches (one driver call through ctypes). A kernel
+    launched without a cluster or a programmatic dependency. ``lock`` keeps two threads' calls apart."""
+
+    def __init__(self, kernel: "CudaKernel", grid: Sequence[int], block: Sequence[int],
+                 args: Sequence[ctypes._SimpleCData], shared_bytes: int = 0) -> None:
+        self.kernel = kernel  # keeps its module loaded
+        self.function = int(kernel.function)
+        self.dims = [*(tuple(grid) + (1,) * (3 - len(grid))), *(tuple(block) + (1,) * (3 - len(block))), shared_bytes]
+        self.args = list(args)
+        self.addresses = [ctypes.addressof(a) for a in self.args]
+        self.pointers = (ctypes.c_void_p * len(self.args))(*self.addresses)
+        self.lock = threading.Lock()
+
+    def put(self, slot: int, value: ctypes.Structure) -> None:
+        """The value of argument ``slot`` (a structure such as a tensor map), copied in."""
+        ctypes.memmove(self.addresses[slot], ctypes.addressof(value), ctypes.sizeof(value))
+
+    def launch(self, stream: int) -> None:
+        error = _launch_kernel()(self.function, *self.dims, stream, self.pointers, None)
+        if error:
+            driver = _driver()
+            _check(f"cuLaunchKernel({self.kernel.name})", (driver.CUresult(error),))
 
 
 class CudaModule:
@@ -217,8 +273,10 @@ def _encode(tensor, dims: list[int], strides_bytes: list[int], box: list[int], s
              torch.float16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
              torch.bfloat16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
              torch.float32: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}
-    if tensor.dtype not in types or not tensor.is_cuda or not tensor.is_contiguous():
-        raise ValueError("a tensor map needs a contiguous uint8, fp16, bf16 or fp32 CUDA tensor")
+    if tensor.dtype not in types or not tensor.is_cuda or tensor.stride(-1) != 1:
+        raise ValueError("a tensor map needs a uint8, fp16, bf16 or fp32 CUDA tensor whose last dimension is contiguous")
+    if tensor.data_ptr() % 16 or any(stride % 16 for stride in strides_bytes):
+        raise ValueError("a tensor map needs an address and strides that are multiples of 16 bytes")
     u64, u32 = driver.cuuint64_t, driver.cuuint32_t
     swizzle = driver.CUtensorMapSwizzle
     encoded = _check("cuTensorMapEncodeTiled", driver.cuTensorMapEncodeTiled(
@@ -230,6 +288,32 @@ def _encode(tensor, dims: list[int], strides_bytes: list[int], box: list[int], s
     out = TensorMapBytes()
     ctypes.memmove(ctypes.addressof(out), encoded.getPtr(), ctypes.sizeof(out))
     return out
+
+
+def mappable(tensor) -> bool:
+    """Whether a tensor map can read ``tensor`` as it is laid out (its last dimension contiguous, its address
+    and every other stride multiples of 16 bytes)."""
+    size = tensor.element_size()
+    return (tensor.stride(-1) == 1 and tensor.data_ptr() % 16 == 0
+            and all(stride * size % 16 == 0 for stride in tensor.stride()[:-1]))
+
+
+class MapCache:
+    """Tensor maps already encoded, by tensor (address, sizes, strides, type) and box: a model calls an op on
+    the same few buffers again and again (the allocator hands them back), so most calls encode nothing."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size, self.maps = size, {}
+
+    def box(self, tensor, box: Sequence[int]) -> TensorMapBytes:
+        """``box_map(tensor, box, swizzled=True)``, encoded once per tensor layout and box."""
+        key = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype, tuple(box))
+        found = self.maps.get(key)
+        if found is None:
+            if len(self.maps) >= self.size:
+                self.maps.pop(next(iter(self.maps)))
+            found = self.maps[key] = box_map(tensor, box, swizzled=True)
+        return found
 
 
 def tensor_map(tensor, box_rows: int, *, swizzled: bool) -> TensorMapBytes:
@@ -245,18 +329,6 @@ def tensor_map(tensor, box_rows: int, *, swizzled: bool) -> TensorMapBytes:
     return _encode(tensor, [d, s, heads], [d * 2, s * d * 2], [d, box_rows, 1], swizzled)
 
 
-def panel_map(tensor, box_rows: int) -> TensorMapBytes:
-    """TMA descriptor of a contiguous fp16 or bf16 [..., S, D] tensor seen as [rows of all heads][S][D],
-    boxes of ``box_rows`` rows x 64 columns (one 128-byte panel; a D = 128 tile is two boxes, at columns
-    0 and 64), 128-byte swizzle; rows past S read as zeros."""
-    if tensor.dim() < 2 or tensor.shape[-1] % 64:
-        raise ValueError("panel_map needs a tensor of at least 2 dimensions whose rows are multiples of 64")
-    s, d = tensor.shape[-2], tensor.shape[-1]
-    heads = tensor.numel() // (s * d)
-    size = tensor.element_size()
-    return _encode(tensor, [d, s, heads], [d * size, s * d * size], [64, box_rows, 1], True)
-
-
 def matrix_map(tensor, box_columns: int, box_rows: int, *, swizzled: bool) -> TensorMapBytes:
     """TMA descriptor of a contiguous row-major matrix [rows, columns] whose rows are multiples of
     16 bytes, boxes of ``box_rows`` x ``box_columns``; ``swizzled``: the 128-byte swizzle (a box
@@ -268,7 +340,7 @@ def matrix_map(tensor, box_columns: int, box_rows: int, *, swizzled: bool) -> Te
 
 
 def box_map(tensor, box: Sequence[int], *, swizzled: bool) -> TensorMapBytes:
-    """TMA descriptor of a contiguous tensor of any rank (rows a multiple of 16 bytes), boxes of ``box``
+    """TMA descriptor of a tensor of any rank and any strides a map takes (``mappable``), boxes of ``box``
     elements, innermost dimension first; out-of-bounds elements read as zeros. ``swizzled``: the
     128-byte swizzle (a box row of at most 128 bytes)."""
     if len(box) != tensor.dim():

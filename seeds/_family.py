@@ -285,22 +285,31 @@ class RuntimeFamily(KernelFamily):
       anchor(dims, inputs)              what a user would run instead; its docstring names it
       load(artifact, genome)            a handle on the built kernel (a shared library's function, a cubin's)
       launch(handle, dims, inputs, out) the kernel once on ``inputs`` into ``out``
-      PUBLIC, SCHEMA, fake              the exported op's public function: the name of a function
-                                        ``PUBLIC(op, *args)`` of the runtime, its torch custom-op schema
-                                        and its fake (shapes only, for torch.compile); the function asks
-                                        ``op.choose(dims)`` for a kernel id (None: PyTorch) and runs it with
-                                        ``op.launch_kernel(kernel_id, dims, inputs, out)``
+      PUBLIC, SCHEMA, compute, fake     the exported op: ``PUBLIC`` names the public function ``PUBLIC(op, *args)``
+                                        of the runtime, which checks its arguments, runs PyTorch's own
+                                        computation for what no kernel takes, and hands the rest to
+                                        ``op(*schema_args)``: the torch custom op of schema ``SCHEMA`` whose body
+                                        is ``compute(op, *schema_args)`` (it asks ``op.choose(dims, device)`` for
+                                        a kernel id, None: PyTorch, and runs it with ``op.launch_kernel(kernel_id,
+                                        dims, inputs, out)``) and whose fake is ``fake(*schema_args)`` (shapes
+                                        only, for torch.compile); the public function must be traceable by it
       call_with(op, dims, inputs)       the public function on the inputs ``make_inputs`` draws
       USAGE                             how to call it, for the package's docstring and README
                                         (``__OP_NAME__`` stands for the module's name)
     and may define ``fallback(dims, inputs)`` (PyTorch's computation of the whole result, when the anchor
-    is less), ``takes(genome, dims)`` (whether a kernel can run a shape), ``OTHER_ANCHORS`` (name ->
-    function like ``anchor``) and ``COSTLY_ANCHORS`` (names left out of a workload op's self-check).
+    is less), ``takes(genome, dims)`` (whether a kernel can run a shape), ``bucket(dims)`` (the largest shape
+    of the calls one measured decision covers; default: the shape alone), ``verify_dims(dims)`` (a smaller
+    shape of the same kind a kernel is verified on before it is chosen), ``gradient(grad, *schema_args)`` with
+    ``GRADIENT_SCHEMA`` and ``gradient_fake`` (the op's backward: PyTorch's gradients of the schema's tensor
+    arguments, a tensor each; without it the op refuses an input that requires a gradient, saying
+    ``NO_GRADIENT``), ``surfaces(op)`` (more names for the package's module, such as drop-in modules),
+    ``OTHER_ANCHORS`` (name -> function like ``anchor``) and ``COSTLY_ANCHORS`` (names left out of a workload
+    op's self-check).
     """
 
     runtime: Any
     RUNS_WITH = ("DEVICE", "make_inputs", "make_output", "reference", "anchor", "load", "launch")
-    EXPORTS_WITH = ("PUBLIC", "SCHEMA", "fake", "call_with", "USAGE")
+    EXPORTS_WITH = ("PUBLIC", "SCHEMA", "compute", "fake", "call_with", "USAGE")
 
     def missing(self, names: Sequence[str]) -> list[str]:
         """Which of ``names`` the runtime lacks (and the public function PUBLIC names, when asked for)."""

@@ -194,6 +194,13 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const TensorMap* map, int
                  "r"(smem_address(bar)) : "memory");
 }
 
+// a 4-d box of `map` at (x, y, z, w) into shared memory, counted on `bar`
+__device__ __forceinline__ void tma_load_4d(void* dst, const TensorMap* map, int x, int y, int z, int w, uint64_t* bar) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];"
+                 ::"r"(smem_address(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(w),
+                 "r"(smem_address(bar)) : "memory");
+}
+
 // the same box into `dst`'s place in every block of `mask`, each counting it on `bar`'s place
 __device__ __forceinline__ void tma_load_multicast(void* dst, const TensorMap* map, int column, int row, uint64_t* bar,
                                                    unsigned short mask) {

@@ -112,5 +112,5 @@ def test_a_runtime_without_the_ops_public_function_is_refused_in_one_line(tmp_pa
                      recorded_pass(genome, NO_PUBLIC.shapes))
     assert main(["export", "1", "--db", str(tmp_path / "evo.db"), "--out", str(tmp_path / "op")]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "its runtime lacks PUBLIC, SCHEMA, fake, call_with, USAGE" in err, err
+    assert len(err.splitlines()) == 1 and "its runtime lacks PUBLIC, SCHEMA, compute, fake, call_with, USAGE" in err, err
     assert not (tmp_path / "op").exists()

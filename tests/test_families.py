@@ -231,7 +231,10 @@ def test_new_family_then_search_then_export_then_a_self_check_without_evo(tmp_pa
             "k = importlib.import_module(glob.glob('demo_*.py')[0][:-3])\n"
             "x, y = torch.randn(5000), torch.randn(5000)\n"
             "assert torch.allclose(k.call(x, y), 2 * x + y)\n"
-            "assert torch.allclose(torch.ops.evo.__getattr__(k.__name__)(x, y), 2 * x + y)\nprint('called')\n")
+            "assert torch.allclose(torch.ops.evo.__getattr__(k.__name__)(x, y), 2 * x + y)\n"
+            "try:\n    k.call(x.requires_grad_(), y)\nexcept RuntimeError as e:\n    assert 'has no backward' in str(e), e\n"
+            "else:\n    raise SystemExit('a gradient was silently dropped')\n"
+            "with torch.no_grad():\n    assert torch.allclose(k.call(x, y), 2 * x + y)\nprint('called')\n")
     done = subprocess.run([sys.executable, "-c", call], cwd=tmp_path / "demo_op", env=env, capture_output=True,
                           text=True, timeout=120)
     assert "called" in done.stdout, done.stderr[-2000:]

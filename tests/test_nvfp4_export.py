@@ -25,7 +25,7 @@ def test_the_package_holds_the_launcher_and_needs_no_evo(tmp_path):
     assert {p.name for p in out.iterdir()} == {"kernel.cu", "kernel.cubin", "build.sh", f"{module}.py",
                                                "metadata.json", "selfcheck.py", "nvfp4_launch.py",
                                                "nvfp4_formats.py", "evo_cuda.py", "evo_family.py", "evo_flush.py", "evo_queued.py", "evo_dispatch.py",
-                                               "README.md"}
+                                               "evo_op.py", "evo_decisions.py", "prepare.py", "README.md"}
     assert "#define SPLIT_CLUSTER_L2 1" in (out / "kernel.cu").read_text()
     # verified as the evaluator verifies: |out - ref| <= 1e-3 + 1e-3 |ref| elementwise
     assert json.loads((out / "metadata.json").read_text())["tolerance"] == dict(max_abs=1e-3, max_rel_l2=1e-3, rtol=1e-3)
@@ -38,16 +38,18 @@ def test_the_package_holds_the_launcher_and_needs_no_evo(tmp_path):
         import {module} as k, nvfp4_launch as plan
         metadata = json.load(open({str(out / "metadata.json")!r}))
         fits = {fits!r}
-        genome = k.KERNELS[k.DISPATCH.table.default]["genome"]  # the one kernel, every shape's default
+        genome = k.KERNELS[k.OP.table.default]["genome"]  # the one kernel, every shape's default
         got = {{s["name"]: [list(plan.grid(genome, s, plan.splits(genome, s, 132, fits.__getitem__))),
                              plan.shared_bytes(genome)] for s in metadata["shapes"]}}
         print(json.dumps(got))
         a = torch.zeros(128, 1024, dtype=torch.uint8)
-        refuses(k.gemm, (a, a, torch.zeros(128, 128, dtype=torch.uint8), torch.zeros(128, 128, dtype=torch.uint8)))
+        s = torch.full((128, 128), 0x38, dtype=torch.uint8)  # e4m3 1.0
+        assert torch.equal(k.gemm(a, a, s, s), torch.zeros(128, 128, dtype=torch.float16))  # on the CPU: PyTorch's
+        refuses(k.gemm, (a.float(), a, s, s))
         """, out, tmp_path, refusals=1)
     lines = shown.splitlines()
     assert json.loads(lines[0]) == {name: [list(g), size] for name, (g, size) in plans.items()}
-    assert lines[1] == "refused: a must be a uint8 CUDA tensor, got torch.uint8 on cpu"
+    assert lines[1] == "refused: a must be a uint8 tensor, got torch.float32"
     assert_rebuilds(out)
 
 

@@ -24,8 +24,9 @@ def test_the_package_holds_the_launcher_and_needs_no_evo(tmp_path):
     module = f"vit_gemm_{genome.id}"
     assert {p.name for p in out.iterdir()} == {"kernel.cu", "kernel.cubin", "build.sh", f"{module}.py",
                                                "metadata.json", "selfcheck.py", "vit_gemm_launch.py",
-                                               "vit_gemm_problem.py", "evo_cuda.py", "evo_family.py", "evo_flush.py", "evo_queued.py", "evo_dispatch.py",
-                                               "README.md"}
+                                               "vit_gemm_problem.py", "vit_gemm_timm.py", "evo_cuda.py", "evo_family.py", "evo_flush.py",
+                                               "evo_queued.py", "evo_dispatch.py", "evo_op.py", "evo_decisions.py",
+                                               "prepare.py", "README.md"}
     assert "#define CLUSTER 2" in (out / "kernel.cu").read_text()
     from seeds.vit_gemm.launch import blocks, shared_bytes
 
@@ -34,15 +35,18 @@ def test_the_package_holds_the_launcher_and_needs_no_evo(tmp_path):
         import json, torch
         import {module} as k, vit_gemm_launch as plan
         metadata = json.load(open({str(out / "metadata.json")!r}))
-        genome = k.KERNELS[k.DISPATCH.table.default]["genome"]  # the one kernel, every shape's default
+        genome = k.KERNELS[k.OP.table.default]["genome"]  # the one kernel, every shape's default
         print(json.dumps({{s["name"]: [plan.blocks(genome, s, 132), plan.shared_bytes(genome)]
                            for s in metadata["shapes"]}}))
-        x, w = torch.zeros(2, 196, 768, dtype=torch.bfloat16), torch.zeros(768, 768, dtype=torch.bfloat16)
-        refuses(k.patch_embed, (x, w, torch.zeros(768), torch.zeros(196, 768)))
+        x, w = torch.randn(2, 196, 768).bfloat16(), torch.randn(768, 768).bfloat16()
+        bias, pos = torch.randn(768), torch.randn(196, 768)
+        expected = torch.addmm(bias.bfloat16(), x.view(392, 768), w.T).view(2, 196, 768).add_(pos.bfloat16())  # PyTorch's
+        assert torch.equal(k.patch_embed(x, w, bias, pos), expected)
+        refuses(k.patch_embed, (x, w, bias, pos[:195]))
         """, out, tmp_path, refusals=1)
     lines = shown.splitlines()
     assert json.loads(lines[0]) == plans
-    assert lines[1] == "refused: x must be a bf16 CUDA tensor, got torch.bfloat16 on cpu"
+    assert lines[1] == "refused: pos must have a row for each of x's P = 196 patches, got 195 rows"
     assert_rebuilds(out)
 
 
@@ -51,8 +55,8 @@ def test_the_package_holds_the_launcher_and_needs_no_evo(tmp_path):
 def test_exported_kernel_checks_itself_in_a_fresh_process(tmp_path, genome):
     """A genome the evaluator verified, exported: its self-check verifies every shape and times it against
     the three anchors; its patch_embed() takes [B, P, K] or [B * P, K], converts a bf16 bias, runs three
-    times in a row on a shape the search never saw, works as a custom op under torch.compile, and
-    refuses four bad operands."""
+    times in a row on a shape the search never saw, works as a custom op under torch.compile, runs PyTorch's
+    computation for fp16 operands, and refuses three bad operands."""
     out, checked = export_verified(FAMILY, genome, tmp_path)
     for name in OTHER_ANCHORS:
         assert checked.count(f"anchor: {name}") == len(FAMILY.shapes)
@@ -75,6 +79,7 @@ def test_exported_kernel_checks_itself_in_a_fresh_process(tmp_path, genome):
         op = torch.ops.evo.vit_gemm_{genome.id}
         compiled = torch.compile(lambda *t: op(*t).float() * 2, backend="aot_eager", fullgraph=True)
         assert close(compiled(x, w, bias, pos) / 2)
-        refuses(k.patch_embed, (x.half(), w, bias, pos), (x, w[:, :192], bias, pos), (x, w, bias, pos[:49]),
-                (x.view(150, 200)[:149], w, bias, pos))
-        """, out, tmp_path, refusals=4)
+        half = k.patch_embed(x.half(), w.half(), bias, pos)  # fp16: PyTorch's computation, in fp16
+        assert half.dtype == torch.float16 and (half.float() - reference).abs().max().item() < 0.08
+        refuses(k.patch_embed, (x, w[:, :192], bias, pos), (x, w, bias, pos[:49]), (x.view(150, 200)[:149], w, bias, pos))
+        """, out, tmp_path, refusals=3)

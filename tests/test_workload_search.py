@@ -1,5 +1,6 @@
 """A workload, end to end on the CPU family: search, show, lineage, export, the op's self-check and its
-use in a fresh process, resume; and the op's dispatch (a kernel, PyTorch, a shape outside the workload)."""
+use in a fresh process, resume; and the op's dispatch (a kernel, PyTorch, a shape outside the workload);
+tests/test_op.py checks the op's measured decisions, its gradients and torch.compile."""
 
 import json
 import subprocess
@@ -110,10 +111,9 @@ def test_a_workload_search_resumes_with_its_board(ray_session, tmp_path):
     check_store_invariants(db)
 
 
-def test_the_op_runs_the_winning_kernel_pytorch_where_it_loses_and_the_nearest_choice_outside(tmp_path, capsys):
-    """A workload run recorded by hand (a real kernel, made-up times: it wins at the first shape and
-    loses at the second): the exported op runs it at the first, torch.matmul at the second, and for a
-    shape outside the workload what the nearest workload shape runs; every result is right."""
+def export_two_shape_op(tmp_path):
+    """A workload run recorded by hand (a real kernel, made-up times: it wins at the first shape and loses at
+    the second) exported as an op: the package's folder and the kernel's genome."""
     workload = {"name": "two", "shapes": [{"name": "wins", "m": 256, "n": 256, "k": 256, "weight": 1.0},
                                           {"name": "loses", "m": 64, "n": 512, "k": 96, "weight": 1.0}]}
     fast = CPU.seed_genomes[0].replace(loop_order="register", rows_per_step=4, vec_width=8, block_k=64)
@@ -126,26 +126,35 @@ def test_the_op_runs_the_winning_kernel_pytorch_where_it_loses_and_the_nearest_c
                         timings=tuple(ShapeTiming(s, k, k, 0.0, 10) for s, (k, _) in times.items()),
                         anchor=tuple(ShapeTiming(s, a, a, 0.0, 10) for s, (_, a) in times.items()))
     store.record_evaluation(ids[fast.id], result, {s["name"]: {k: s[k] for k in "mnk"} for s in workload["shapes"]})
-    assert main(["show", "1", "--db", str(tmp_path / "evo.db")]) == 0
-    assert "evolved kernels win 1 of 2 shapes" in capsys.readouterr().out
     package = tmp_path / "op"
     assert main(["export", "1", "--db", str(tmp_path / "evo.db"), "--out", str(package)]) == 0
+    return package, fast
+
+
+def test_the_op_measures_the_winning_kernel_runs_pytorch_where_it_lost_and_decides_shapes_outside(tmp_path, capsys):
+    """The exported op of a recorded run: at the shape where the search found its kernel slower, PyTorch
+    without a measurement; at the shape where it won, and at a shape outside the workload, the kernel against
+    torch.matmul as the call is made here; every result is right; build.sh rebuilds the library."""
+    package, fast = export_two_shape_op(tmp_path)
+    assert main(["show", "1", "--db", str(tmp_path / "evo.db")]) == 0
+    assert "evolved kernels win 1 of 2 shapes" in capsys.readouterr().out
     metadata = json.loads((package / "metadata.json").read_text())
     assert [(r["shape"], r["choice"]) for r in metadata["table"]] == [("wins", fast.id), ("loses", "pytorch")]
     assert sorted(p.name for p in package.iterdir()) == sorted(
-        ["README.md", "build.sh", "cpu_gemm_two.py", "evo_dispatch.py", "evo_family.py", "evo_flush.py", "evo_queued.py", f"kernel_{fast.id}.cpp",
-         f"kernel_{fast.id}.so", "metadata.json", "selfcheck.py"])
+        ["README.md", "build.sh", "cpu_gemm_two.py", "evo_dispatch.py", "evo_family.py", "evo_flush.py", "evo_queued.py",
+         "evo_op.py", "evo_decisions.py", "prepare.py", f"kernel_{fast.id}.cpp", f"kernel_{fast.id}.so", "metadata.json",
+         "selfcheck.py"])
     script = f"""
-        import sys, torch
+        import os, sys, torch
+        os.environ["EVO_OP_CACHE"] = {str(tmp_path / "decisions")!r}
         sys.path.insert(0, {str(package)!r})
         import cpu_gemm_two as k
-        cases = [((256, 256, 256), {fast.id!r}, "workload shape wins"), ((64, 512, 96), None, "workload shape loses"),
-                 ((300, 240, 250), {fast.id!r}, "nearest workload shape wins"),
-                 ((48, 600, 90), None, "nearest workload shape loses")]
-        for (m, n, kk), kernel, why in cases:
-            assert k.choose(dict(m=m, n=n, k=kk)) == (kernel, why), k.choose(dict(m=m, n=n, k=kk))
+        for (m, n, kk), measured in (((256, 256, 256), True), ((64, 512, 96), False), ((300, 240, 250), True)):
             a, b = torch.randn(m, kk), torch.randn(kk, n)
             assert torch.allclose(k.gemm(a, b), a @ b, atol=1e-3, rtol=1e-4)
+            kernel, why = k.choose(dict(m=m, n=n, k=kk))
+            assert kernel in ({fast.id!r}, None) and ("measured here" in why) == measured, why
+            assert measured or kernel is None
         print("dispatch ok")
     """
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, timeout=300)

@@ -13,7 +13,6 @@ from evo.dispatch import MARGIN, _Figure, build_table, ranked_kernels
 from evo.strategies import Observation, make_strategy
 from fitness import BuildConfig, Builder, EvalConfig, Evaluator, ShapePlan, Status, Target, screen
 from seeds import DispatchTable, distance, get_family, parse_workload, resolve_workload
-from seeds._dispatch import Dispatcher
 
 CPU = get_family("cpu_gemm")
 
@@ -115,24 +114,19 @@ def test_evo_families_lists_the_workloads(capsys):
 
 
 # -- the dispatch rule (seeds/_dispatch.py, shipped as evo_dispatch.py) ----------------------------------
-def test_the_dispatch_rule_exact_then_nearest_then_default():
+def test_the_table_gives_a_workload_shape_exactly_and_the_nearest_of_the_same_kind():
     entries = [{"shape": "short", "dims": {"s": 512, "d": 64}, "weight": 1, "choice": "k1"},
                {"shape": "long", "dims": {"s": 8192, "d": 64}, "weight": 1, "choice": None},
                {"shape": "wide", "dims": {"s": 1024, "d": 128}, "weight": 2, "choice": "k2"}]
     table = DispatchTable(entries, categorical=("d",), default="k3")
-    assert table.lookup({"s": 512, "d": 64}) == ("k1", "workload shape short")
-    assert table.lookup({"s": 8192, "d": 64})[0] is None  # PyTorch there
-    assert table.lookup({"s": 600, "d": 64}) == ("k1", "nearest workload shape short")
-    assert table.lookup({"s": 6000, "d": 64})[0] is None  # nearer to long, which runs PyTorch
-    assert table.lookup({"s": 100000, "d": 128})[0] == "k2"  # only one shape of its head dimension
-    assert table.lookup({"s": 512, "d": 96}) == ("k3", "no workload shape of its kind: the default")
+    assert table.exact({"s": 512, "d": 64})["shape"] == "short" and table.exact({"s": 600, "d": 64}) is None
+    assert [e["shape"] for e in table.nearest({"s": 600, "d": 64})] == ["short", "long"]
+    assert [e["shape"] for e in table.nearest({"s": 6000, "d": 64})] == ["long", "short"]
+    assert [e["shape"] for e in table.nearest({"s": 100000, "d": 128})] == ["wide"]  # only one of its head dimension
+    assert table.nearest({"s": 512, "d": 96}) == [] and table.default == "k3"
     assert distance({"s": 512, "d": 64}, {"s": 2048, "d": 64}, ("d",)) == pytest.approx(2.0)
     assert math.isinf(distance({"s": 512, "d": 64}, {"s": 512, "d": 128}, ("d",)))
-    dispatcher = Dispatcher({"k1": {"genome": {"tile": 1}}, "k2": {"genome": {"tile": 2}}}, table.to_dict(),
-                            takes=lambda genome, dims: dims["s"] % 8 == 0)
-    assert dispatcher.choose({"s": 512, "d": 64})[0] == "k1"
-    kernel, why = dispatcher.choose({"s": 513, "d": 64})  # nearest is short, but its kernel cannot take it
-    assert kernel is None and "cannot run this shape" in why
+    assert DispatchTable.from_dict(table.to_dict()).to_dict() == table.to_dict()
 
 
 # -- the dispatch table of a run ------------------------------------------------------------------

@@ -19,7 +19,8 @@
 //   HEAVY_FIRST causal: the grid's first blocks take the last query block of every head (the most keys)
 // O leaves through shared memory (the Q tile's rows) by TMA stores.
 // Shapes: fp16 or bf16 (entry points flashcore[_bf16]_d64/_d128), any S, causal or not, grouped
-// heads (K and V with H / group heads: query head h reads K/V head h / group).
+// heads (K and V with H / group heads: query head h reads K/V head h / group). Q, K, V and O are 4-d
+// tensor maps [B][H][S][D] of any strides the TMA takes (a [B, S, H, D] tensor's transposed view too).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math_constants.h>
@@ -153,7 +154,7 @@ struct WsRows {
 
     // O / l into this warpgroup's rows of the Q tile (free once its last Q K^T is done), in the same
     // swizzled panels, then one thread stores each 64-row panel by TMA (rows past S are not written)
-    __device__ void store(unsigned char* q_rows, const TensorMap* o_map, int panel_bytes, int q_row0, int head) {
+    __device__ void store(unsigned char* q_rows, const TensorMap* o_map, int panel_bytes, int q_row0, int head, int batch) {
         const int lane = threadIdx.x % 32, r = threadIdx.x % 128 / 32 * 16 + lane / 4;  // row in the 64
         float inv[2];
 #pragma unroll
@@ -175,8 +176,8 @@ struct WsRows {
         ws_bar_sync(3 + threadIdx.x / 128, 128);  // the warpgroup's rows are all written
         if (threadIdx.x % 128 == 0) {
             for (int c = 0; c < panels; ++c)
-                asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];"
-                             ::"l"(reinterpret_cast<uint64_t>(o_map)), "r"(64 * c), "r"(q_row0), "r"(head),
+                asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];"
+                             ::"l"(reinterpret_cast<uint64_t>(o_map)), "r"(64 * c), "r"(q_row0), "r"(head), "r"(batch),
                              "r"(smem_address(q_rows + c * panel_bytes)) : "memory");
             asm volatile("cp.async.bulk.commit_group;\ncp.async.bulk.wait_group.read 0;" ::: "memory");
         }
@@ -207,7 +208,7 @@ __device__ void ws_attention(const TensorMap* q_map, const TensorMap* k_map, con
         bh = launched % gridDim.y;
     }
     const int q0 = qb * BLOCK_M;
-    const int kv_head = (bh / p.heads) * (p.heads / p.group) + (bh % p.heads) / p.group;
+    const int head = bh % p.heads, batch = bh / p.heads, kv_head = head / p.group;  // the maps' heads and batches
     const int kv_end = p.causal ? min(p.S, q0 + BLOCK_M) : p.S;
     const int tiles = (kv_end + N - 1) / N;
 
@@ -231,17 +232,17 @@ __device__ void ws_attention(const TensorMap* q_map, const TensorMap* k_map, con
 #endif
         if (threadIdx.x != 0) return;
         barrier_expect_bytes(q_full, Plan::q_bytes);
-        for (int c = 0; c < panels; ++c) tma_load_3d(Qs + c * Plan::q_panel, q_map, 64 * c, q0, bh, q_full);
+        for (int c = 0; c < panels; ++c) tma_load_4d(Qs + c * Plan::q_panel, q_map, 64 * c, q0, head, batch, q_full);
         for (int t = 0; t < tiles; ++t) {
             const int b = t % STAGES;
             if (t >= STAGES) barrier_wait(k_empty + b, (t / STAGES - 1) & 1);
             barrier_expect_bytes(k_full + b, Plan::kv_bytes);
             for (int c = 0; c < panels; ++c)
-                tma_load_3d(Ks + b * Plan::kv_bytes + c * Plan::kv_panel, k_map, 64 * c, t * N, kv_head, k_full + b);
+                tma_load_4d(Ks + b * Plan::kv_bytes + c * Plan::kv_panel, k_map, 64 * c, t * N, kv_head, batch, k_full + b);
             if (t >= STAGES) barrier_wait(v_empty + b, (t / STAGES - 1) & 1);
             barrier_expect_bytes(v_full + b, Plan::kv_bytes);
             for (int c = 0; c < panels; ++c)
-                tma_load_3d(Vs + b * Plan::kv_bytes + c * Plan::kv_panel, v_map, 64 * c, t * N, kv_head, v_full + b);
+                tma_load_4d(Vs + b * Plan::kv_bytes + c * Plan::kv_panel, v_map, 64 * c, t * N, kv_head, batch, v_full + b);
         }
         return;
     }
@@ -372,7 +373,7 @@ __device__ void ws_attention(const TensorMap* q_map, const TensorMap* k_map, con
         step(t + 1, pa[1], pa[0]);
     }
     if (PINGPONG && consumer == 0) ws_bar_sync(1, 256);  // the last consumer's last turn: every arrival is met
-    rows.store(const_cast<unsigned char*>(q_rows), o_map, Plan::q_panel, q0 + 64 * consumer, bh);
+    rows.store(const_cast<unsigned char*>(q_rows), o_map, Plan::q_panel, q0 + 64 * consumer, head, batch);
 }
 
 #define WS_ENTRY(NAME, DIM, TYPE)                                                                              \

@@ -17,22 +17,31 @@ from typing import Mapping
 import torch
 
 if __package__:  # seeds.flashcore.runtime, inside evo
-    from seeds._cuda import (CudaModule, TensorMapBytes, panel_map, ptr, require_capability, tensor_map,
-                             ticketed_workspace)
-    from seeds.flashcore import plan
+    from seeds._cuda import (CudaModule, MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, mappable,
+                             ptr, require_capability, tensor_map, ticketed_workspace)
+    from seeds.flashcore import dropin, plan
 else:  # an exported package's evo_family.py, with the files it imports beside it
+    import flashcore_dropin as dropin
     import flashcore_plan as plan
-    from evo_cuda import CudaModule, TensorMapBytes, panel_map, ptr, require_capability, tensor_map, ticketed_workspace
+    from evo_cuda import (CudaModule, MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, mappable,
+                          ptr, require_capability, tensor_map, ticketed_workspace)
 
 DEVICE = "cuda"
 USAGE = """fp16 or bf16 attention O = softmax(Q K^T / sqrt(D)) V, fp32 softmax and accumulation, for an sm_90a GPU.
 
     import __OP_NAME__ as k
-    o = k.attention(q, k_, v, causal=False)          # q [B, H, S, D], k_ and v [B, H_kv, S, D] CUDA tensors,
-                                                     # fp16 or bf16, D 64 or 128, H a multiple of H_kv
-    o = torch.ops.evo.__OP_NAME__(q, k_, v, False)   # the same as a torch custom op (torch.compile)"""
+    o = k.attention(q, k_, v, causal=False)          # q [B, H, S, D], k_ and v [B, H_kv, S, D] (H a multiple of
+                                                     # H_kv); the kernels take fp16 or bf16 CUDA tensors, D 64 or 128
+    o = k.scaled_dot_product_attention(q, k_, v, is_causal=True, enable_gqa=True)  # SDPA's signature, a drop-in
+    with k.patched_sdpa(): model(x)                  # torch's SDPA is this op's inside (timm's attention, say)
+    k.register_with_transformers("evo")              # then AutoModel...(..., attn_implementation="evo")
+    o = torch.ops.evo.__OP_NAME__(q, k_, v, False)   # the custom op itself
+
+Whatever the kernels do not take (masks, dropout, another scale, query length != key length, other head
+dimensions, fp32, CPU tensors) runs PyTorch's SDPA, with its results. q, k and v may be views such as
+transformers' [B, S, H, D] transposed; the output is laid out as q. Gradients: PyTorch's backward of SDPA."""
 PUBLIC = "attention"
-SCHEMA = "(Tensor q, Tensor k, Tensor v, bool causal=False) -> Tensor"
+SCHEMA = "(Tensor q, Tensor k, Tensor v, bool causal) -> Tensor"
 
 
 def _dtype(dims: Mapping) -> torch.dtype:
@@ -43,15 +52,21 @@ def _kv_heads(dims: Mapping) -> int:
     return dims.get("h_kv", dims["h"])
 
 
+def _laid_out(tensor: torch.Tensor, dims: Mapping) -> torch.Tensor:
+    """[B, H, S, D] as it is, or (``strided``, a call whose tensors are views) as a [B, S, H, D] tensor's
+    transposed view: transformers' layout, the one a decision for such calls is measured on."""
+    return tensor.transpose(1, 2).contiguous().transpose(1, 2) if dims.get("strided") else tensor
+
+
 def make_inputs(dims: Mapping, generator) -> tuple[torch.Tensor, ...]:
     q_sizes = (dims["b"], dims["h"], dims["s"], dims["d"])
     kv_sizes = (dims["b"], _kv_heads(dims), dims["s"], dims["d"])
-    return tuple(torch.randn(sizes, generator=generator, device="cuda", dtype=_dtype(dims))
+    return tuple(_laid_out(torch.randn(sizes, generator=generator, device="cuda", dtype=_dtype(dims)), dims)
                  for sizes in (q_sizes, kv_sizes, kv_sizes))
 
 
 def make_output(dims: Mapping) -> torch.Tensor:
-    return torch.empty((dims["b"], dims["h"], dims["s"], dims["d"]), device="cuda", dtype=_dtype(dims))
+    return _laid_out(torch.empty((dims["b"], dims["h"], dims["s"], dims["d"]), device="cuda", dtype=_dtype(dims)), dims)
 
 
 def _sdpa(dims: Mapping, q, k, v) -> torch.Tensor:
@@ -87,11 +102,11 @@ OTHER_ANCHORS = {"torch SDPA FLASH_ATTENTION backend (FA2)": _flash_attention}
 
 
 def takes(genome: Mapping, dims: Mapping) -> bool:
-    """Every kernel takes fp16 attention with as many K/V heads as query heads; bf16 and grouped heads
-    only the warp-specialised design's."""
+    """Every kernel takes fp16 attention with as many K/V heads as query heads; bf16, grouped heads and views
+    (``strided``: read where they lie, by tensor maps) only the warp-specialised design's."""
     if not (dims["d"] in plan.HEAD_DIMS and dims["s"] > 0 and dims["b"] * dims["h"] > 0):
         return False
-    plain = not dims.get("bf16", 0) and _kv_heads(dims) == dims["h"]
+    plain = not dims.get("bf16", 0) and _kv_heads(dims) == dims["h"] and not dims.get("strided", 0)
     return plain or plan.warp_specialized(genome)
 
 
@@ -111,42 +126,66 @@ def load(artifact: Path, genome: Mapping):
             kernel = module.kernel(f"flashcore{name}_d{d}")
             kernel.set_max_dynamic_shared(kernel_bytes)
             kernels[d, bool(name)] = (kernel, kernel_bytes)
-    return kernels, dict(genome), {}
+    return kernels, dict(genome), {"maps": MapCache()}
 
 
-def _launch_warp_specialized(function, smem: int, g: Mapping, dims: Mapping, inputs, out: torch.Tensor) -> None:
-    """The warp-specialised design: Q, K and V in by TMA, O out by TMA, in 64-column panels (a consumer
+def _launch_warp_specialized(function, smem: int, g: Mapping, dims: Mapping, inputs, out: torch.Tensor, maps) -> None:
+    """The warp-specialised design: Q, K and V in by TMA, O out by TMA, as 4-d maps [B][H][S][D] of their own
+    strides (a [B, S, H, D] tensor's transposed view needs no copy), in boxes of 64 columns (a consumer
     warpgroup's 64 rows a box of O); K/V head h // group."""
-    b, h, s, d = dims["b"], dims["h"], dims["s"], dims["d"]
+    h, s, d = dims["h"], dims["s"], dims["d"]
     q, k, v = inputs
-    maps = [panel_map(q, g["block_m"]), panel_map(k, plan.block_n(g, d)), panel_map(v, plan.block_n(g, d)),
-            panel_map(out, 64)]
-    function.launch(plan.grid(g, s, b * h, d), (plan.warps(g, d) * 32,),
+    rows = plan.block_n(g, d)
+    tensor_maps = [maps.box(q, (64, g["block_m"], 1, 1)), maps.box(k, (64, rows, 1, 1)), maps.box(v, (64, rows, 1, 1)),
+                   maps.box(out, (64, 64, 1, 1))]
+    function.launch(plan.grid(g, s, dims["b"] * h, d), (plan.warps(g, d) * 32,),
                     [ctypes.c_int(s), ctypes.c_int(h), ctypes.c_int(h // k.shape[1]),
-                     ctypes.c_int(int(dims["causal"])), ctypes.c_float(1.0 / math.sqrt(d) * math.log2(math.e)), *maps],
-                    shared_bytes=smem)
+                     ctypes.c_int(int(dims["causal"])), ctypes.c_float(1.0 / math.sqrt(d) * math.log2(math.e)),
+                     *tensor_maps], shared_bytes=smem)
 
 
 def launch(loaded, dims: Mapping, inputs, out: torch.Tensor) -> None:
-    """One launch on torch's current stream. A grid key split's partial rows and ticket counters are kept
+    """One launch on torch's current stream, reading q, k and v and writing ``out`` as they are laid out
+    where the kernel can (the warp-specialised design: any strides a tensor map takes), else through
+    contiguous copies."""
+    kernels, g, workspaces = loaded
+    if plan.warp_specialized(g) and all(mappable(t) for t in (*inputs, out)):
+        function, smem = kernels[dims["d"], bool(dims.get("bf16", 0))]
+        _launch_warp_specialized(function, smem, g, dims, inputs, out, workspaces["maps"])
+        return
+    if all(t.is_contiguous() for t in (*inputs, out)):
+        _launch(loaded, dims, inputs, out)
+        return
+    target = out if out.is_contiguous() else torch.empty(out.shape, dtype=out.dtype, device=out.device)
+    _launch(loaded, dims, [t.contiguous() for t in inputs], target)
+    if target is not out:
+        out.copy_(target)
+
+
+def _classic_map_rows(g: Mapping, d: int) -> tuple:
+    """The classic design's tensor maps of Q, K and V: each box's rows, None where the kernel reads no map."""
+    share, rows = plan.kv_share(g, d), plan.kv_rows(g, d)
+    if d == 64 and g["tma_stages_d64"]:  # Q, K and V by TMA
+        return g["block_m"], rows, rows
+    if share > 1:  # K and V by TMA, each block of the cluster a slice of the stage
+        return None, rows // share, rows // share
+    return None, None, None
+
+
+def _launch(loaded, dims: Mapping, inputs, out: torch.Tensor) -> None:
+    """One launch on contiguous tensors. A grid key split's partial rows and ticket counters are kept
     per shape, device and stream (the tickets count on across launches and are never reset)."""
     kernels, g, workspaces = loaded
     b, h, s, d = dims["b"], dims["h"], dims["s"], dims["d"]
     function, smem = kernels[d, bool(dims.get("bf16", 0))]
     if plan.warp_specialized(g):
-        _launch_warp_specialized(function, smem, g, dims, inputs, out)
+        _launch_warp_specialized(function, smem, g, dims, inputs, out, workspaces["maps"])
         return
     q, k, v = inputs
-    share = plan.kv_share(g, d)
     swizzled = g["layout"] == "swizzled"
-    if d == 64 and g["tma_stages_d64"]:  # Q, K and V by TMA
-        maps = [tensor_map(q, g["block_m"], swizzled=swizzled),
-                *(tensor_map(t, plan.kv_rows(g, d), swizzled=swizzled) for t in (k, v))]
-    elif share > 1:  # K and V by TMA, each block of the cluster a slice of the stage
-        maps = [TensorMapBytes(), *(tensor_map(t, plan.kv_rows(g, d) // share, swizzled=swizzled) for t in (k, v))]
-    else:
-        maps = [TensorMapBytes()] * 3  # not read by a kernel without TMA copies
-    key = (b, h, s, d, q.device, torch.cuda.current_stream().cuda_stream)
+    maps = [tensor_map(t, rows, swizzled=swizzled) if rows else TensorMapBytes()
+            for t, rows in zip(inputs, _classic_map_rows(g, d))]
+    key = (b, h, s, d, q.device, current_stream())
     records, tickets = ticketed_workspace(workspaces, key, *plan.grid_workspace(g, s, b * h, d), q.device)
     function.launch(plan.grid(g, s, b * h, d), (plan.warps(g, d) * 32,),
                     [ptr(q), ptr(k), ptr(v), ptr(out), ctypes.c_int(s), ctypes.c_int(int(dims["causal"])),
@@ -154,38 +193,208 @@ def launch(loaded, dims: Mapping, inputs, out: torch.Tensor) -> None:
                     shared_bytes=smem)
 
 
-def _dims(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> dict:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.dtype not in (torch.float16, torch.bfloat16) or not t.is_cuda or t.dim() != 4:
-            raise ValueError(f"{name} must be a 4-D fp16 or bf16 CUDA tensor [B, H, S, D], got {t.dtype} {tuple(t.shape)}")
-    if len({q.dtype, k.dtype, v.dtype}) != 1:
-        raise ValueError(f"q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+_SDPA = torch.nn.functional.scaled_dot_product_attention  # PyTorch's, kept before any patching (patched_sdpa)
+GRADIENT_SCHEMA = "(Tensor grad, Tensor q, Tensor k, Tensor v, bool causal) -> (Tensor, Tensor, Tensor)"
+
+
+def _kernels_may_take(q, k, v, attn_mask, dropout_p: float, scale, enable_gqa: bool) -> bool:
+    """Whether an evolved kernel may compute this call exactly as SDPA would (the op then measures which
+    does): CUDA fp16/bf16 [B, H, S, D] with D 64 or 128, keys as many as queries, no mask, no dropout, the
+    default scale, grouped K/V heads only with enable_gqa, each row of D contiguous."""
+    tensors = (q, k, v)
+    if not all(isinstance(t, torch.Tensor) and t.is_cuda and t.dim() == 4 and t.stride(-1) == 1 for t in tensors):
+        return False
+    if attn_mask is not None or dropout_p != 0.0 or q.dtype not in (torch.float16, torch.bfloat16):
+        return False
     b, h, s, d = q.shape
-    if k.shape != v.shape or k.shape[0] != b or k.shape[2:] != q.shape[2:] or k.shape[1] < 1 or h % k.shape[1]:
-        raise ValueError(f"k and v must be [B, H_kv, S, D] with H a multiple of H_kv, for q {tuple(q.shape)}; got "
-                         f"{tuple(k.shape)}, {tuple(v.shape)}")
-    if len({q.device, k.device, v.device}) != 1:
-        raise ValueError("q, k and v must be on one device")
-    return dict(b=b, h=h, s=s, d=d, causal=int(bool(causal)), h_kv=k.shape[1], bf16=int(q.dtype == torch.bfloat16))
+    if k.dtype != q.dtype or v.dtype != q.dtype or k.shape != v.shape or k.shape[0] != b or k.shape[2:] != q.shape[2:]:
+        return False
+    if d not in plan.HEAD_DIMS or s == 0 or b * h == 0 or not (k.device == q.device == v.device):
+        return False
+    if scale is not None and abs(scale * math.sqrt(d) - 1.0) > 1e-12:
+        return False
+    return k.shape[1] == h or (enable_gqa and k.shape[1] > 0 and h % k.shape[1] == 0)
+
+
+def scaled_dot_product_attention(op, query, key, value, attn_mask=None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale=None, enable_gqa: bool = False) -> torch.Tensor:
+    """torch.nn.functional.scaled_dot_product_attention's signature and semantics: an evolved kernel where one
+    takes the call and is measured faster on this GPU, PyTorch's SDPA otherwise (masks, dropout, another
+    scale, query length != key length, other head dimensions, fp32, CPU tensors), with identical results."""
+    signature = (op.signature((query, key, value), is_causal, scale, enable_gqa)
+                 if attn_mask is None and dropout_p == 0.0 else None)
+    if signature is not None:  # a call of a signature seen before runs what it ran then, prepared
+        fast = op.fast(signature)
+        if fast is not None:
+            return fast(query, key, value)
+    if _kernels_may_take(query, key, value, attn_mask, dropout_p, scale, enable_gqa):
+        out = op(query, key, value, bool(is_causal))
+        if signature is not None:
+            _remember(op, signature, query, key, value, bool(is_causal))
+        return out
+    if signature is not None:
+        op.remember(signature, lambda q, k, v: _SDPA(q, k, v, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa))
+    return _SDPA(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+                 enable_gqa=enable_gqa)
+
+
+def _remember(op, signature, q, k, v, causal: bool) -> None:
+    """After a plain call's full path: what its signature runs from now on, where its choice is final."""
+    dims = _dims(q, k, v, causal)
+    decided = op.decided(dims, q.device)
+    if decided is None:  # not final: no measurement could be made
+        return
+    if decided[0] is None:
+        grouped = k.shape[1] != q.shape[1]
+        op.remember(signature, lambda q, k, v: _SDPA(q, k, v, is_causal=causal, enable_gqa=grouped))
+        return
+    with torch.cuda.device(q.device):
+        run = _prepared(op.loaded(decided[0]), dims, q, k, v)
+    op.remember(signature, run or (lambda q, k, v: op(q, k, v, causal)))
+
+
+def _prepared(loaded, dims: Mapping, q, k, v):
+    """A kernel's launch prepared for one signature (its arguments but the addresses fixed): a call allocates the
+    output, finds its tensor maps by address (encoded at an address's first call) and launches; None where the
+    signature's layout needs the full path (copies)."""
+    kernels, g, workspaces = loaded
+    template = torch.empty_like(q)
+    b, h, s, d = dims["b"], dims["h"], dims["s"], dims["d"]
+    function, smem = kernels[d, bool(dims["bf16"])]
+    grid, block = plan.grid(g, s, b * h, d), (plan.warps(g, d) * 32,)
+    maps: dict = {}
+
+    def cached(slot: int, tensor, encode):
+        found = maps.get((slot, tensor.data_ptr()))
+        if found is None:
+            if len(maps) >= 4096:
+                maps.clear()
+            found = maps[slot, tensor.data_ptr()] = encode(tensor)
+        return found
+
+    if plan.warp_specialized(g):
+        if not all(mappable(t) for t in (q, k, v, template)):
+            return None
+        rows = plan.block_n(g, d)
+        boxes = ((64, g["block_m"], 1, 1), (64, rows, 1, 1), (64, rows, 1, 1), (64, 64, 1, 1))
+        prepared = PreparedLaunch(function, grid, block,
+                                  [ctypes.c_int(s), ctypes.c_int(h), ctypes.c_int(h // dims["h_kv"]),
+                                   ctypes.c_int(dims["causal"]), ctypes.c_float(1.0 / math.sqrt(d) * math.log2(math.e)),
+                                   *(TensorMapBytes() for _ in boxes)], smem)
+        encoders = [lambda t, box=box: box_map(t, box, swizzled=True) for box in boxes]
+
+        def put(q, k, v, out, stream):
+            for slot, tensor in enumerate((q, k, v, out)):
+                prepared.put(5 + slot, cached(slot, tensor, encoders[slot]))
+    else:
+        if not all(t.is_contiguous() for t in (q, k, v, template)):
+            return None
+        swizzled, rows = g["layout"] == "swizzled", _classic_map_rows(g, d)
+        prepared = PreparedLaunch(function, grid, block,
+                                  [*(ctypes.c_void_p() for _ in range(4)), ctypes.c_int(s), ctypes.c_int(dims["causal"]),
+                                   ctypes.c_float(1.0 / math.sqrt(d)), *(TensorMapBytes() for _ in range(3)),
+                                   ctypes.c_void_p(), ctypes.c_void_p()], smem)
+        encoders = [lambda t, r=r: tensor_map(t, r, swizzled=swizzled) for r in rows]
+        sizes = plan.grid_workspace(g, s, b * h, d)
+
+        def put(q, k, v, out, stream):
+            for slot, tensor in enumerate((q, k, v, out)):
+                prepared.args[slot].value = tensor.data_ptr()
+            for slot, tensor in enumerate((q, k, v)):
+                if rows[slot]:
+                    prepared.put(7 + slot, cached(slot, tensor, encoders[slot]))
+            records, tickets = ticketed_workspace(workspaces, (b, h, s, d, q.device, stream), *sizes, q.device)
+            prepared.args[10].value, prepared.args[11].value = records.data_ptr(), tickets.data_ptr()
+
+    size, stride, dtype, device, index = template.shape, template.stride(), template.dtype, template.device, q.device.index
+
+    def run(q, k, v):
+        if torch.cuda.current_device() != index:
+            with torch.cuda.device(index):
+                return run(q, k, v)
+        out = torch.empty_strided(size, stride, dtype=dtype, device=device)
+        stream = current_stream(index)
+        with prepared.lock:
+            put(q, k, v, out, stream)
+            prepared.launch(stream)
+        return out
+
+    return run
 
 
 def attention(op, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
-    """softmax(q k^T / sqrt(D)) v with the evolved kernel chosen for this shape (PyTorch's SDPA where none is)."""
+    """softmax(q k^T / sqrt(D)) v, K/V heads grouped where k and v have fewer heads than q: the evolved kernel
+    measured fastest for this shape, or PyTorch's SDPA (where none is, and for what no kernel takes)."""
+    grouped = k.dim() == 4 and q.dim() == 4 and k.shape[1] != q.shape[1]
+    return scaled_dot_product_attention(op, q, k, v, is_causal=causal, enable_gqa=grouped)
+
+
+def _dims(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> dict:
+    """A call's shape; with ``strided`` where q, k or v is a view (a decision of its own: only kernels that read
+    views where they lie are candidates, measured on views)."""
+    b, h, s, d = q.shape
+    dims = dict(b=b, h=h, s=s, d=d, causal=int(bool(causal)), h_kv=k.shape[1], bf16=int(q.dtype == torch.bfloat16))
+    if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
+        dims["strided"] = 1
+    return dims
+
+
+def compute(op, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    """The custom op's body: the chosen kernel into an output laid out as q is (a [B, S, H, D] view's too),
+    or PyTorch's SDPA."""
     dims = _dims(q, k, v, causal)
-    kernel, _ = op.choose(dims)
+    kernel, _ = op.choose(dims, q.device) if q.is_cuda else (None, "not on a GPU")
+    out = torch.empty_like(q)
     if kernel is None:
-        return anchor(dims, (q, k, v))
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    o = torch.empty_like(q)
-    with torch.cuda.device(q.device):
-        op.launch_kernel(kernel, dims, (q, k, v), o)
-    return o
+        result = _SDPA(q, k, v, is_causal=bool(causal), enable_gqa=k.shape[1] != q.shape[1])
+        return result if result.stride() == out.stride() else out.copy_(result)
+    if q.device.index != torch.cuda.current_device():
+        with torch.cuda.device(q.device):
+            op.launch_kernel(kernel, dims, (q, k, v), out)
+    else:
+        op.launch_kernel(kernel, dims, (q, k, v), out)
+    return out
 
 
-def fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
+def fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
     return torch.empty_like(q)
+
+
+def gradient(grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool):
+    """dq, dk, dv: PyTorch's own backward of SDPA (its forward recomputed) at the op's inputs."""
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        out = _SDPA(*leaves, is_causal=bool(causal), enable_gqa=k.shape[1] != q.shape[1])
+        return tuple(torch.autograd.grad(out, leaves, grad))
+
+
+def gradient_fake(grad, q, k, v, causal):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def bucket(dims: Mapping) -> dict:
+    """The calls one decision covers: sequence length rounded up to a multiple of 64, the batch to a power of
+    two; heads, head dimension, causal and the element type as they are."""
+    return dict(dims, s=-(-dims["s"] // 64) * 64, b=1 << max(0, int(dims["b"]) - 1).bit_length())
+
+
+def verify_dims(dims: Mapping) -> dict:
+    """A shape of the same kind the kernel is checked on before it is chosen: one sequence of the same
+    length, at most two K/V heads with their query heads."""
+    kv = min(2, _kv_heads(dims))
+    return dict(dims, b=1, h_kv=kv, h=dims["h"] // _kv_heads(dims) * kv)
 
 
 def call_with(op, dims: Mapping, inputs) -> torch.Tensor:
     """The public function on the inputs ``make_inputs`` draws."""
     return attention(op, *inputs, bool(dims["causal"]))
+
+
+def surfaces(op) -> dict:
+    """What the package offers besides ``attention`` (flashcore_dropin.py): SDPA's drop-in, transformers'
+    attention function and its registration, and a context that makes torch's own SDPA this op's."""
+    import functools
+
+    sdpa = functools.wraps(_SDPA)(functools.partial(scaled_dot_product_attention, op))
+    sdpa.__doc__ = scaled_dot_product_attention.__doc__
+    return dropin.surfaces(sdpa)

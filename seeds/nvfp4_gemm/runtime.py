@@ -37,7 +37,7 @@ values of a row, or with blocked=True [L,] blocked bytes (128 x 4 tiles of scale
 32 x 16; nvfp4_formats.to_blocked converts). K a multiple of 16, N even; the kernels take K a multiple of
 128. Returns fp16 [L,] M x N."""
 PUBLIC = "gemm"
-SCHEMA = "(Tensor a, Tensor b, Tensor sfa, Tensor sfb, bool blocked=False) -> Tensor"
+SCHEMA = "(Tensor a, Tensor b, Tensor sfa, Tensor sfb, bool blocked) -> Tensor"
 
 
 def make_inputs(dims: Mapping, generator) -> tuple[torch.Tensor, ...]:
@@ -99,8 +99,8 @@ def launch(launcher: Launcher, dims: Mapping, inputs, out: torch.Tensor) -> None
 def _dims(a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Tensor, blocked: bool) -> dict:
     """The problem's l, m, n, k, blocked from the operands; ValueError naming the one that is wrong."""
     for name, t in (("a", a), ("b", b), ("sfa", sfa), ("sfb", sfb)):
-        if t.dtype != torch.uint8 or not t.is_cuda:
-            raise ValueError(f"{name} must be a uint8 CUDA tensor, got {t.dtype} on {t.device}")
+        if t.dtype != torch.uint8:
+            raise ValueError(f"{name} must be a uint8 tensor, got {t.dtype}")
     if a.dim() not in (2, 3) or b.dim() != a.dim():
         raise ValueError(f"a and b must both be [M, K/2] / [N, K/2] or [L, M, K/2] / [L, N, K/2], got "
                          f"{tuple(a.shape)} and {tuple(b.shape)}")
@@ -125,24 +125,51 @@ def _dims(a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Tensor
     return dict(l=l, m=m, n=n, k=k, blocked=int(blocked))
 
 
+NO_GRADIENT = "NVFP4's packed uint8 operands have none"
+
+
 def gemm(op, a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Tensor,
          blocked: bool = False) -> torch.Tensor:
-    """fp16 a*sfa @ (b*sfb)^T with the evolved kernel chosen for this shape (PyTorch where none is)."""
+    """fp16 a*sfa @ (b*sfb)^T with the evolved kernel measured fastest for this shape (PyTorch where none is)."""
     dims = _dims(a, b, sfa, sfb, blocked)
-    l, m, n = dims["l"], dims["m"], dims["n"]
-    operands = [t.contiguous().reshape(l, *t.shape[-2:]) for t in (a, b)]
-    scales = [t.contiguous().reshape(l, -1) if blocked else t.contiguous().reshape(l, *t.shape[-2:]) for t in (sfa, sfb)]
-    kernel, _ = op.choose(dims)
+    if not a.is_cuda:  # PyTorch's computation on the CPU
+        return _pytorch(dims, a, b, sfa, sfb, blocked)
+    return op(a, b, sfa, sfb, bool(blocked))
+
+
+def compute(op, a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Tensor, blocked: bool) -> torch.Tensor:
+    """The custom op's body: the chosen kernel, or PyTorch's dequantisation + matmul."""
+    dims = _dims(a, b, sfa, sfb, blocked)
+    kernel, _ = op.choose(dims, a.device) if a.is_cuda else (None, "not on a GPU")
     if kernel is None:
-        c = fallback(dims, (*operands, *scales))
-    else:
-        c = torch.empty((l, m, n), device=a.device, dtype=torch.float16)
-        with torch.cuda.device(a.device):
-            op.launch_kernel(kernel, dims, (*operands, *scales), c)
+        return _pytorch(dims, a, b, sfa, sfb, blocked)
+    operands, scales = _batched(dims, a, b, sfa, sfb, blocked)
+    c = torch.empty((dims["l"], dims["m"], dims["n"]), device=a.device, dtype=torch.float16)
+    with torch.cuda.device(a.device):
+        op.launch_kernel(kernel, dims, (*operands, *scales), c)
     return c if a.dim() == 3 else c[0]
 
 
-def fake(a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Tensor, blocked: bool = False) -> torch.Tensor:
+def _batched(dims: Mapping, a, b, sfa, sfb, blocked: bool) -> tuple[list, list]:
+    """The operands and scales with a batch dimension, contiguous."""
+    l = dims["l"]
+    operands = [t.contiguous().reshape(l, *t.shape[-2:]) for t in (a, b)]
+    scales = [t.contiguous().reshape(l, -1) if blocked else t.contiguous().reshape(l, *t.shape[-2:]) for t in (sfa, sfb)]
+    return operands, scales
+
+
+def _pytorch(dims: Mapping, a, b, sfa, sfb, blocked: bool) -> torch.Tensor:
+    """PyTorch's computation (``fallback``), on any device."""
+    c = fallback(dims, tuple(sum(_batched(dims, a, b, sfa, sfb, blocked), [])))
+    return c if a.dim() == 3 else c[0]
+
+
+def bucket(dims: Mapping) -> dict:
+    """The calls one decision covers: tokens (m) up to the next power of two; the layer (n, k) as it is."""
+    return dict(dims, m=1 << max(0, int(dims["m"]) - 1).bit_length())
+
+
+def fake(a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Tensor, blocked: bool) -> torch.Tensor:
     return a.new_empty((*a.shape[:-1], b.shape[-2]), dtype=torch.float16)
 
 

@@ -13,9 +13,9 @@ import ctypes
 from typing import Any, Mapping
 
 if __package__:  # seeds.vit_gemm.launch, inside evo
-    from seeds._cuda import matrix_map, multiprocessors, ptr
+    from seeds._cuda import MapCache, current_stream, multiprocessors, ptr
 else:  # an exported kernel's vit_gemm_launch.py, with evo_cuda.py beside it
-    from evo_cuda import matrix_map, multiprocessors, ptr
+    from evo_cuda import MapCache, current_stream, multiprocessors, ptr
 
 ROWWISE_STRIDE = 64 + 8  # floats a row of the fp32 staging (ROWWISE_STRIDE in vit_gemm_parts.cuh)
 
@@ -104,7 +104,7 @@ def pad_k(matrix):
 
 class Launcher:
     """One genome's kernel, loaded from its cubin (a seeds/_cuda.py CudaModule), and what its launches
-    keep between calls: per stream the tensor maps of the last buffers and the folded table."""
+    keep between calls: the tensor maps of the buffers it has seen and, per stream and shape, the folded table."""
 
     def __init__(self, module, genome: Mapping) -> None:
         self.genome = g = dict(genome)
@@ -114,7 +114,8 @@ class Launcher:
             self.resident = self.kernel.max_active_clusters(g["cluster"], threads(g), shared_bytes(g)) * g["cluster"]
         else:
             self.resident = multiprocessors() * g["blocks_per_sm"]
-        self.kept: dict[Any, Any] = {}
+        self.maps = MapCache()  # encoding a tensor map is host work: once per buffer and box
+        self.tables: dict[Any, Any] = {}
         self.padded_weights: dict[Any, Any] = {}  # (w's pointer, version, shape) -> (w, w padded), see launch
 
     def _padded_weight(self, w):
@@ -133,8 +134,6 @@ class Launcher:
         b * P + p adds pos[p]); contiguous CUDA tensors, on torch's current stream. N a multiple of 8;
         K anything (not a multiple of 8: a is copied with its rows padded each launch, ``pad_k``, and w once
         per weight, ``_padded_weight``)."""
-        import torch
-
         g = self.genome
         if not takes(g, s):
             raise ValueError(f"this kernel cannot run N = {s['n']}, P = {s['p']}: it needs N a multiple of 8"
@@ -143,17 +142,15 @@ class Launcher:
             a, w = pad_k(a), self._padded_weight(w)
             s = {"m": s["m"], "n": s["n"], "k": a.shape[1], "p": s["p"]}
         m, n, k, p = s["m"], s["n"], s["k"], s["p"]
-        stream = torch.cuda.current_stream().cuda_stream
-        key = (a.data_ptr(), w.data_ptr(), bias.data_ptr(), pos.data_ptr(), output.data_ptr(), m, n, k, p)
-        if self.kept.get(stream, (None,))[0] != key:  # encoding a tensor map is host work: once per set of buffers
-            table = folded_table(g, s, pos.device) if g["folded_table"] else None  # its prepass runs every launch
-            operand_map = (matrix_map(table, 64, wg_rows(g), swizzled=True) if table is not None
-                           else matrix_map(pos, 32, wg_rows(g), swizzled=True))
-            maps = (matrix_map(a, 64, block_m(g), swizzled=True),
-                    matrix_map(w, 64, g["block_n"] // g["cluster"], swizzled=True),
-                    matrix_map(output, 64, wg_rows(g), swizzled=True), operand_map)
-            self.kept[stream] = key, maps, table
-        _, maps, table = self.kept[stream]
+        table = None
+        if g["folded_table"]:  # its prepass fills it every launch: one buffer per stream and shape
+            key = (current_stream(), m, n, k, p, pos.device)
+            if key not in self.tables:
+                self.tables[key] = folded_table(g, s, pos.device)
+            table = self.tables[key]
+        maps = (self.maps.box(a, (64, block_m(g))), self.maps.box(w, (64, g["block_n"] // g["cluster"])),
+                self.maps.box(output, (64, wg_rows(g))),
+                self.maps.box(table, (64, wg_rows(g))) if table is not None else self.maps.box(pos, (32, wg_rows(g))))
         if table is not None:  # bias + pos folded into the fp16 table, every launch
             quads = table.numel() // 4
             self.table_kernel.launch((min(-(-quads // 256), 4 * multiprocessors()),), (256,),

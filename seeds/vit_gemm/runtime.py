@@ -17,9 +17,11 @@ import torch
 if __package__:  # seeds.vit_gemm.runtime, inside evo
     from seeds._cuda import CudaModule, require_capability
     from seeds.vit_gemm import problem
+    from seeds.vit_gemm import timm_fusion
     from seeds.vit_gemm.launch import Launcher, takes  # noqa: F401 (takes: the runtime's word on a shape)
 else:  # an exported package's evo_family.py, with the files it imports beside it
     import vit_gemm_problem as problem
+    import vit_gemm_timm as timm_fusion
     from evo_cuda import CudaModule, require_capability
     from vit_gemm_launch import Launcher, takes  # noqa: F401
 
@@ -92,13 +94,13 @@ def _as(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return _converted[key][1]
 
 
+GRADIENT_SCHEMA = "(Tensor grad, Tensor x, Tensor w, Tensor bias, Tensor pos) -> (Tensor, Tensor, Tensor, Tensor)"
+
+
 def _dims(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, pos: torch.Tensor) -> dict:
     """The problem's m, n, k, p from the operands; ValueError naming the one that is wrong (what this
     genome's launch cannot take, such as too few patches for pos_tma, the launcher refuses)."""
-    for name, t in (("x", x), ("w", w)):
-        if t.dtype != torch.bfloat16 or not t.is_cuda:
-            raise ValueError(f"{name} must be a bf16 CUDA tensor, got {t.dtype} on {t.device}")
-    for name, t in (("bias", bias), ("pos", pos)):
+    for name, t in (("x", x), ("w", w), ("bias", bias), ("pos", pos)):
         if not t.is_floating_point():
             raise ValueError(f"{name} must be a floating-point tensor, got {t.dtype}")
     if len({x.device, w.device, bias.device, pos.device}) != 1:
@@ -123,14 +125,76 @@ def _dims(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, pos: torch.Tenso
     return dict(m=m, n=n, k=k, p=p)
 
 
+def _pytorch(dims: Mapping, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """PyTorch's computation in x's dtype: addmm with the bias, then + pos (the fallback's, for bf16)."""
+    x2d = x.reshape(dims["m"], dims["k"])
+    c = fallback(dims, (x2d, w.to(x.dtype), None, None, _as(bias, x.dtype), _as(pos, x.dtype)))
+    return c.view(*x.shape[:-1], dims["n"])
+
+
 def patch_embed(op, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-    """bf16 x @ w^T + bias + pos with the evolved kernel chosen for this shape (PyTorch where none is)."""
+    """x @ w^T + bias + pos: bf16 CUDA operands by the evolved kernel measured fastest for this shape (PyTorch
+    where none is); any other dtype or device by PyTorch, in x's dtype."""
+    signature = op.signature((x, w, bias, pos))
+    if signature is not None:  # a call of a signature seen before runs what it ran then (no checks, no choice)
+        fast = op.fast(signature)
+        if fast is not None:
+            return fast(x, w, bias, pos)
     dims = _dims(x, w, bias, pos)
-    x2d = x.contiguous().view(dims["m"], dims["k"])
-    kernel, _ = op.choose(dims)
+    if not (x.is_cuda and x.dtype == torch.bfloat16 and w.dtype == torch.bfloat16):
+        if signature is not None:
+            op.remember(signature, _pytorch_path(dims, x, w, bias, pos))
+        return _pytorch(dims, x, w, bias, pos)
+    out = op(x, w, bias, pos)
+    decided = op.decided(dims, x.device) if signature is not None else None
+    if decided is not None:
+        op.remember(signature, _pytorch_path(dims, x, w, bias, pos) if decided[0] is None
+                    else _prepared(op, decided[0], dims, x, w))
+    return out
+
+
+def _pytorch_path(dims: Mapping, x, w, bias, pos):
+    """PyTorch's computation for one signature: addmm and + pos alone where every operand has x's dtype."""
+    m, n, k, p = dims["m"], dims["n"], dims["k"], dims["p"]
+    if not (x.is_contiguous() and w.dtype == bias.dtype == pos.dtype == x.dtype):
+        return lambda *operands: _pytorch(dims, *operands)
+    shape = (*x.shape[:-1], n)
+
+    def run(x, w, bias, pos):
+        out = torch.addmm(bias, x.view(m, k), w.t())
+        out.view(-1, p, n).add_(pos)
+        return out.view(shape)
+
+    return run
+
+
+def _prepared(op, kernel: str, dims: Mapping, x, w):
+    """The kernel's call for one signature, its checks and choice done once."""
+    if not (x.is_contiguous() and w.is_contiguous()):
+        return lambda *operands: op(*operands)
+    m, n, k = dims["m"], dims["n"], dims["k"]
+    shape, index = (*x.shape[:-1], n), x.device.index
+    with torch.cuda.device(x.device):
+        loaded = op.loaded(kernel)
+
+    def run(x, w, bias, pos):
+        if torch.cuda.current_device() != index:
+            with torch.cuda.device(index):
+                return run(x, w, bias, pos)
+        c = torch.empty((m, n), device=x.device, dtype=torch.bfloat16)
+        loaded.launch(dims, x.view(m, k), w, _as(bias, torch.float32), _as(pos, torch.float32), c)
+        return c.view(shape)
+
+    return run
+
+
+def compute(op, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """The custom op's body: the chosen kernel, or PyTorch's computation."""
+    dims = _dims(x, w, bias, pos)
+    kernel, _ = op.choose(dims, x.device) if x.is_cuda else (None, "not on a GPU")
     if kernel is None:
-        c = fallback(dims, (x2d, w.contiguous(), None, None, _as(bias, torch.bfloat16), _as(pos, torch.bfloat16)))
-        return c.view(*x.shape[:-1], dims["n"])
+        return _pytorch(dims, x, w, bias, pos)
+    x2d = x.contiguous().view(dims["m"], dims["k"])
     c = torch.empty((dims["m"], dims["n"]), device=x.device, dtype=torch.bfloat16)
     with torch.cuda.device(x.device):
         op.launch_kernel(kernel, dims, (x2d, w.contiguous(), _as(bias, torch.float32), _as(pos, torch.float32)), c)
@@ -141,6 +205,40 @@ def fake(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, pos: torch.Tensor
     return x.new_empty((*x.shape[:-1], w.shape[0]), dtype=torch.bfloat16)
 
 
+def gradient(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, pos: torch.Tensor):
+    """dx = dC w, dw = dC^T x, dbias = the sum of dC's rows, dpos = the sum over the batch, by PyTorch (sums
+    in fp32), each in its input's dtype."""
+    n, p = w.shape[0], pos.shape[0]
+    g = grad.reshape(-1, n)
+    rows = g.float().view(-1, p, n)
+    return ((g @ w.to(g.dtype)).view(x.shape).to(x.dtype), (g.t() @ x.reshape(-1, x.shape[-1]).to(g.dtype)).to(w.dtype),
+            rows.sum((0, 1)).to(bias.dtype), rows.sum(0).to(pos.dtype))
+
+
+def gradient_fake(grad, x, w, bias, pos):
+    return torch.empty_like(x), torch.empty_like(w), torch.empty_like(bias), torch.empty_like(pos)
+
+
+def bucket(dims: Mapping) -> dict:
+    """The calls one decision covers: images of one model (n, k, p) at a batch up to the next power of two."""
+    images = -(-dims["m"] // dims["p"])
+    return dict(dims, m=dims["p"] << max(0, images - 1).bit_length())
+
+
+def verify_dims(dims: Mapping) -> dict:
+    """A shape the kernel is checked on before it is chosen: the same model at up to four images."""
+    return dict(dims, m=dims["p"] * min(4, dims["m"] // dims["p"]))
+
+
 def call_with(op, dims: Mapping, inputs) -> torch.Tensor:
     """The public function on the inputs ``make_inputs`` draws (bias and pos in fp32, as the kernels read them)."""
     return patch_embed(op, *inputs[:4])
+
+
+def surfaces(op) -> dict:
+    """What the package offers besides ``patch_embed``: timm's PatchEmbed's replacement (vit_gemm_timm.py)."""
+    def embed(x, w, bias, pos):
+        return patch_embed(op, x, w, bias, pos)
+
+    return dict(PatchEmbed=lambda source, pos: timm_fusion.PatchEmbed(embed, source, pos),
+                fuse_into_timm=lambda model: timm_fusion.fuse_into_timm(embed, model))
