@@ -186,27 +186,69 @@ def _launch_kernel():
     return function
 
 
+class _LaunchAttribute(ctypes.Structure):
+    """CUlaunchAttribute (cuda.h): an id, padding to 8 bytes, a 64-byte value."""
+
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_uint32 * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig (cuda.h)."""
+
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)), ("count", ctypes.c_uint)]
+
+
+CLUSTER_DIMENSION, PROGRAMMATIC_SERIALIZATION = 4, 6  # CUlaunchAttributeID values (cuda.h)
+
+
+@functools.cache
+def _launch_kernel_ex():
+    function = ctypes.CDLL("libcuda.so.1").cuLaunchKernelEx
+    function.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    function.restype = ctypes.c_int
+    return function
+
+
 class PreparedLaunch:
-    """One kernel's launch with grid, block, shared memory and argument slots fixed, for a call path that repeats
-    it: a call puts new values into the slots (``put``) and launches (one driver call through ctypes). A kernel
-    launched without a cluster or a programmatic dependency. ``lock`` keeps two threads' calls apart."""
+    """One kernel's launch with grid, block, shared memory, launch attributes and argument slots fixed, for a call
+    path that repeats it: a call puts new values into the slots (``put``, or an argument's ``value``) and launches
+    (one driver call through ctypes). ``cluster`` and ``programmatic`` as ``CudaKernel.launch`` takes them.
+    ``lock`` keeps two threads' calls apart."""
 
     def __init__(self, kernel: "CudaKernel", grid: Sequence[int], block: Sequence[int],
-                 args: Sequence[ctypes._SimpleCData], shared_bytes: int = 0) -> None:
+                 args: Sequence[ctypes._SimpleCData], shared_bytes: int = 0, *, cluster: Sequence[int] | None = None,
+                 programmatic: bool = False) -> None:
         self.kernel = kernel  # keeps its module loaded
         self.function = int(kernel.function)
-        self.dims = [*(tuple(grid) + (1,) * (3 - len(grid))), *(tuple(block) + (1,) * (3 - len(block))), shared_bytes]
+        grid3, block3 = tuple(grid) + (1,) * (3 - len(grid)), tuple(block) + (1,) * (3 - len(block))
+        self.dims = [*grid3, *block3, shared_bytes]
         self.args = list(args)
         self.addresses = [ctypes.addressof(a) for a in self.args]
         self.pointers = (ctypes.c_void_p * len(self.args))(*self.addresses)
         self.lock = threading.Lock()
+        attributes = []
+        if cluster is not None:
+            attributes.append(_LaunchAttribute(CLUSTER_DIMENSION, b"", (ctypes.c_uint32 * 16)(
+                *(tuple(cluster) + (1,) * (3 - len(cluster))))))
+        if programmatic:
+            attributes.append(_LaunchAttribute(PROGRAMMATIC_SERIALIZATION, b"", (ctypes.c_uint32 * 16)(1)))
+        self.config = None
+        if attributes:
+            self.attributes = (_LaunchAttribute * len(attributes))(*attributes)
+            self.config = _LaunchConfig((ctypes.c_uint * 3)(*grid3), (ctypes.c_uint * 3)(*block3), shared_bytes, None,
+                                        ctypes.cast(self.attributes, ctypes.POINTER(_LaunchAttribute)), len(attributes))
 
     def put(self, slot: int, value: ctypes.Structure) -> None:
         """The value of argument ``slot`` (a structure such as a tensor map), copied in."""
         ctypes.memmove(self.addresses[slot], ctypes.addressof(value), ctypes.sizeof(value))
 
     def launch(self, stream: int) -> None:
-        error = _launch_kernel()(self.function, *self.dims, stream, self.pointers, None)
+        if self.config is None:
+            error = _launch_kernel()(self.function, *self.dims, stream, self.pointers, None)
+        else:
+            self.config.stream = stream
+            error = _launch_kernel_ex()(ctypes.byref(self.config), self.function, self.pointers, None)
         if error:
             driver = _driver()
             _check(f"cuLaunchKernel({self.kernel.name})", (driver.CUresult(error),))

@@ -13,9 +13,9 @@ import ctypes
 from typing import Any, Mapping
 
 if __package__:  # seeds.vit_gemm.launch, inside evo
-    from seeds._cuda import MapCache, current_stream, multiprocessors, ptr
+    from seeds._cuda import MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, multiprocessors, ptr
 else:  # an exported kernel's vit_gemm_launch.py, with evo_cuda.py beside it
-    from evo_cuda import MapCache, current_stream, multiprocessors, ptr
+    from evo_cuda import MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, multiprocessors, ptr
 
 ROWWISE_STRIDE = 64 + 8  # floats a row of the fp32 staging (ROWWISE_STRIDE in vit_gemm_parts.cuh)
 
@@ -160,3 +160,52 @@ class Launcher:
                            [*maps, ptr(bias), ptr(pos), ptr(output), ctypes.c_int(m), ctypes.c_int(n),
                             ctypes.c_int(k), ctypes.c_int(p)],
                            shared_bytes=shared_bytes(g), programmatic=g["folded_table"])
+
+    def prepared(self, s: Mapping):
+        """The launch for shape ``s`` with everything but the addresses fixed (PreparedLaunch): ``run(a, w, bias,
+        pos, output)`` as ``launch`` takes them; tensor maps cached by address. None where ``launch`` must do more
+        per call (K not a multiple of 8: the operands are padded)."""
+        g = self.genome
+        if not takes(g, s) or s["k"] % 8:
+            return None
+        m, n, k, p = s["m"], s["n"], s["k"], s["p"]
+        boxes = ((64, block_m(g)), (64, g["block_n"] // g["cluster"]), (64, wg_rows(g)),
+                 (64, wg_rows(g)) if g["folded_table"] else (32, wg_rows(g)))
+        main = PreparedLaunch(self.kernel, (blocks(g, s, self.resident),), (threads(g),),
+                              [*(TensorMapBytes() for _ in boxes), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p(),
+                               ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k), ctypes.c_int(p)],
+                              shared_bytes(g), programmatic=g["folded_table"])
+        prepass, maps, tables = None, {}, {}
+        if g["folded_table"]:
+            rows = p + wg_rows(g) - 1
+            prepass = PreparedLaunch(self.table_kernel, (min(-(-rows * n // 4 // 256), 4 * multiprocessors()),), (256,),
+                                     [ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_int(rows),
+                                      ctypes.c_int(n), ctypes.c_int(p)])
+
+        def tensor_map(slot: int, tensor):
+            found = maps.get((slot, tensor.data_ptr()))
+            if found is None:
+                if len(maps) >= 4096:
+                    maps.clear()
+                found = maps[slot, tensor.data_ptr()] = box_map(tensor, boxes[slot], swizzled=True)
+            return found
+
+        def run(a, w, bias, pos, output) -> None:
+            stream = current_stream()
+            operand = pos
+            if prepass is not None:  # bias + pos folded into the fp16 table every launch: a table per stream
+                if stream not in tables:
+                    tables[stream] = folded_table(g, s, pos.device)
+                operand = tables[stream]
+            with main.lock:
+                if prepass is not None:
+                    for slot, tensor in enumerate((bias, pos, operand)):
+                        prepass.args[slot].value = tensor.data_ptr()
+                    prepass.launch(stream)
+                for slot, tensor in enumerate((a, w, output, operand)):
+                    main.put(slot, tensor_map(slot, tensor))
+                for slot, tensor in enumerate((bias, pos, output)):
+                    main.args[4 + slot].value = tensor.data_ptr()
+                main.launch(stream)
+
+        return run

@@ -169,20 +169,20 @@ def _pytorch_path(dims: Mapping, x, w, bias, pos):
 
 
 def _prepared(op, kernel: str, dims: Mapping, x, w):
-    """The kernel's call for one signature, its checks and choice done once."""
-    if not (x.is_contiguous() and w.is_contiguous()):
-        return lambda *operands: op(*operands)
+    """The kernel's call for one signature, its checks, choice and launch arguments done once."""
     m, n, k = dims["m"], dims["n"], dims["k"]
-    shape, index = (*x.shape[:-1], n), x.device.index
     with torch.cuda.device(x.device):
-        loaded = op.loaded(kernel)
+        launch = op.loaded(kernel).prepared(dims)
+    if launch is None or not (x.is_contiguous() and w.is_contiguous()):
+        return lambda *operands: op(*operands)
+    shape, index = (*x.shape[:-1], n), x.device.index
 
     def run(x, w, bias, pos):
         if torch.cuda.current_device() != index:
             with torch.cuda.device(index):
                 return run(x, w, bias, pos)
         c = torch.empty((m, n), device=x.device, dtype=torch.bfloat16)
-        loaded.launch(dims, x.view(m, k), w, _as(bias, torch.float32), _as(pos, torch.float32), c)
+        launch(x.view(m, k), w, _as(bias, torch.float32), _as(pos, torch.float32), c)
         return c.view(shape)
 
     return run
