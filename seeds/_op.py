@@ -213,7 +213,11 @@ class Op:
             if decision is None:
                 if not self.measuring(device):
                     return self._unmeasured(dims)
-                decision = self.decide(dims, device)
+                try:
+                    decision = self.decide(dims, device)
+                except Exception as error:  # e.g. no memory for the inputs: this process runs PyTorch there
+                    self._memo[memo] = None, f"could not measure ({type(error).__name__}: {error}): PyTorch"
+                    return self._memo[memo]
             self._decided[(context, bucket)] = decision
         self._memo[memo] = decision.choice, decision.why
         return decision.choice, decision.why

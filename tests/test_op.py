@@ -60,6 +60,21 @@ def test_a_kernel_that_fails_verification_is_never_chosen(tmp_path):
     assert "None" in shown and "failed verification" in shown
 
 
+def test_a_measurement_that_fails_leaves_the_call_to_pytorch(tmp_path):
+    package, _ = export_two_shape_op(tmp_path)
+    shown = _run(package, tmp_path / "decisions", """
+        def no_memory(dims, generator):
+            raise RuntimeError("out of memory")
+        k.family.make_inputs = no_memory
+        a, b = torch.randn(300, 250), torch.randn(250, 240)
+        assert torch.allclose(k.gemm(a, b), a @ b, atol=1e-3, rtol=1e-4)  # the call itself goes on
+        kernel, why = k.choose(dict(m=300, n=240, k=250))
+        assert kernel is None and "could not measure" in why, why
+        print("failed measurement ok")
+    """)
+    assert "failed measurement ok" in shown
+
+
 def test_with_measuring_off_the_op_runs_pytorch_where_nothing_was_decided(tmp_path):
     package, fast = export_two_shape_op(tmp_path)
     shown = _run(package, tmp_path / "decisions", f"""
