@@ -36,6 +36,9 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from seeds._decisions import series_time  # noqa: E402
+
 F = torch.nn.functional
 SDPA = F.scaled_dot_product_attention
 SLOWER = 0.02
@@ -48,14 +51,8 @@ def load(folder: str):
 
 
 def events_time(run, calls: int) -> float:
-    """Seconds per call of ``calls`` eager calls back to back (host cost included), CUDA events around them."""
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    for _ in range(calls):
-        run()
-    end.record()
-    end.synchronize()
-    return begin.elapsed_time(end) / 1e3 / calls
+    """Seconds per call of ``calls`` eager calls back to back (host cost included): the op's own timing."""
+    return series_time(run, calls, torch.device("cuda", torch.cuda.current_device()))
 
 
 def paired(runs: dict, rounds: int = 15, seconds: float = 4e-3) -> dict:

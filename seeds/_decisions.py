@@ -53,6 +53,12 @@ def time_calls(run: Callable[[], Any], device: torch.device, seconds: float = RO
     run()
     _synchronize(device)
     calls = max(MIN_CALLS, min(200, int(seconds / max(time.perf_counter() - start, 1e-7))))
+    return series_time(run, calls, device)
+
+
+def series_time(run: Callable[[], Any], calls: int, device: torch.device) -> float:
+    """Seconds per call of ``calls`` calls of ``run`` back to back: CUDA events around the series (the host's cost
+    counts where the GPU waits for it), or perf_counter on the CPU."""
     if device.type != "cuda":
         start = time.perf_counter()
         for _ in range(calls):
