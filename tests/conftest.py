@@ -1,6 +1,7 @@
 import importlib.util
 import os
 import shutil
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -8,6 +9,8 @@ import pytest
 
 FAULTY = "tests.families.faulty:FAMILY"
 REPOSITORY = Path(__file__).resolve().parents[1]
+# exported ops keep their measured decisions here, not in the home of whoever runs the tests (subprocesses inherit it)
+os.environ.setdefault("EVO_OP_CACHE", tempfile.mkdtemp(prefix="evo-op-decisions-"))
 
 
 @pytest.fixture
