@@ -133,3 +133,33 @@ def test_patch_embedding_gradients_and_compile(tmp_path):
                     assert (again.float() - stock.float()).abs().max() < 0.1
         print("patch embedding ok")
         """, out, tmp_path, refusals=0)
+
+
+def test_attention_on_every_gpu_of_the_process(attention_op):
+    """A process with several GPUs: calls on each device run there (kernels loaded, decided and launched per
+    device; the current device may be another one)."""
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("one GPU here")
+    out, tmp_path = attention_op
+    run_standalone(f"""
+        import os, torch
+        os.environ["EVO_OP_CACHE"] = {str(tmp_path / "decisions_gpus")!r}
+        F = torch.nn.functional
+        import flashcore_{WARP_SPECIALIZED.id} as k
+        torch.cuda.set_device(0)
+        for device in range(torch.cuda.device_count()):
+            g = torch.Generator(device=f"cuda:{{device}}").manual_seed(device)
+            q, kk, v = (torch.randn(1, 8, 700, 128, device=f"cuda:{{device}}", dtype=torch.bfloat16, generator=g)
+                        for _ in range(3))
+            with k.OP.forcing({WARP_SPECIALIZED.id!r}):
+                for _ in range(3):  # the full path, then the prepared one
+                    o = k.attention(q, kk, v, causal=True)
+            measured = k.attention(q, kk, v, causal=True)
+            reference = F.scaled_dot_product_attention(q.float(), kk.float(), v.float(), is_causal=True)
+            assert o.device == q.device and (o.float() - reference).abs().max() < 0.02
+            assert (measured.float() - reference).abs().max() < 0.02
+        assert {{key[0] for key in k.OP._loaded}} == set(range(torch.cuda.device_count())), k.OP._loaded.keys()
+        print("every gpu ok")
+        """, out, tmp_path, refusals=0)
