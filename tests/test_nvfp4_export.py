@@ -24,7 +24,7 @@ def test_the_package_holds_the_launcher_and_needs_no_evo(tmp_path):
     module = f"nvfp4_gemm_{genome.id}"
     assert {p.name for p in out.iterdir()} == {"kernel.cu", "kernel.cubin", "build.sh", f"{module}.py",
                                                "metadata.json", "selfcheck.py", "nvfp4_launch.py",
-                                               "nvfp4_formats.py", "evo_cuda.py", "evo_family.py", "evo_flush.py", "evo_queued.py", "evo_dispatch.py",
+                                               "nvfp4_formats.py", "nvfp4_linear.py", "evo_cuda.py", "evo_family.py", "evo_flush.py", "evo_queued.py", "evo_dispatch.py",
                                                "evo_op.py", "evo_decisions.py", "prepare.py", "README.md"}
     assert "#define SPLIT_CLUSTER_L2 1" in (out / "kernel.cu").read_text()
     # verified as the evaluator verifies: |out - ref| <= 1e-3 + 1e-3 |ref| elementwise
@@ -82,3 +82,35 @@ def test_exported_kernel_checks_itself_in_a_fresh_process(tmp_path, genome):
         assert close(compiled(a, b, sfa, sfb) / 2)
         refuses(k.gemm, (a[:, :100], b, sfa, sfb), (a, b[:, :-64], sfa, sfb), (a, b, sfa[:, :-1], sfb))
         """, out, tmp_path, refusals=3)
+
+
+@pytest.mark.nvcc
+def test_an_nvfp4_linear_made_from_an_nn_linear(tmp_path):
+    """NVFP4Linear(nn.Linear): the weight quantised once, activations per call, the op's gemm (on the CPU here:
+    PyTorch's dequantisation + matmul), the bias added; close to the bf16 layer within FP4's error, equal to the
+    dequantised product; an input that requires a gradient is refused, loudly."""
+    genome = CLUSTER_L2
+    out = export_stored(FAMILY, genome, recorded_pass(genome, FAMILY.shapes), tmp_path)
+    run_standalone(f"""
+        import torch
+        import nvfp4_gemm_{genome.id} as k, nvfp4_formats as formats
+        torch.manual_seed(0)
+        linear = torch.nn.Linear(256, 96).to(torch.bfloat16)
+        layer = k.NVFP4Linear(linear)
+        x = torch.randn(3, 5, 256).bfloat16()
+        with torch.no_grad():
+            y, stock = layer(x), linear(x)
+        assert y.shape == (3, 5, 96) and y.dtype == torch.bfloat16
+        error = lambda a, b: ((a.float() - b.float()).norm() / b.float().norm()).item()
+        assert error(y, stock) < 0.2, error(y, stock)  # FP4 values with a scale per 16: about 10% each
+        a, sfa = formats.quantize(x.reshape(-1, 256))
+        product = formats.dequantize(a, sfa) @ formats.dequantize(layer.weight_packed, layer.weight_scales).T
+        assert error(y.reshape(15, 96), product + linear.bias.float()) < 1e-2
+        try:
+            layer(x.requires_grad_())
+        except RuntimeError as refusal:
+            assert "no backward" in str(refusal)
+        else:
+            raise SystemExit("a gradient was silently dropped")
+        print("linear ok")
+        """, out, tmp_path, refusals=0)

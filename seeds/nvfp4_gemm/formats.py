@@ -131,6 +131,25 @@ def from_blocked(blocked: torch.Tensor, rows: int, columns: int) -> torch.Tensor
     return blocked[..., offsets.flatten()].unflatten(-1, (rows, columns))
 
 
+E2M1_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)  # between consecutive magnitudes: where rounding turns
+MIDPOINTS_TABLE = torch.tensor(E2M1_MIDPOINTS, dtype=torch.float32)
+
+
+def quantize(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """NVFP4 of a [..., rows, K] tensor (K a multiple of 16): packed e2m1 values [..., rows, K/2] and plain e4m3
+    scales [..., rows, K/16], each block of 16 scaled by its largest magnitude over 6 (rounded to e4m3, at most
+    448), each value rounded to the nearest e2m1 value and held within +-6. No second, per-tensor scale: the
+    kernels take none."""
+    if values.shape[-1] % SCALE_GROUP:
+        raise ValueError(f"quantize: K must be a multiple of {SCALE_GROUP}, not {values.shape[-1]}")
+    blocks = values.float().unflatten(-1, (-1, SCALE_GROUP))
+    scales = (blocks.abs().amax(-1) / 6).clamp(max=E4M3_MAX).to(torch.float8_e4m3fn).view(torch.uint8)
+    scaled = blocks / decode_e4m3(scales).unsqueeze(-1).clamp_min(torch.finfo(torch.float32).tiny)
+    magnitude = torch.bucketize(scaled.abs().clamp(max=6.0), _table(MIDPOINTS_TABLE, values.device))
+    codes = ((torch.signbit(scaled).to(torch.uint8) << 3) | magnitude.to(torch.uint8)).flatten(-2)
+    return codes[..., 0::2] | (codes[..., 1::2] << 4), scales  # pack_e2m1's packing, without its check (a sync)
+
+
 def dequantize(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     """float32 [..., rows, K] of packed e2m1 [..., rows, K/2] times plain e4m3 scales [..., rows, K/16]."""
     values = decode_e2m1(unpack_e2m1(packed))

@@ -16,10 +16,11 @@ import torch
 
 if __package__:  # seeds.nvfp4_gemm.runtime, inside evo
     from seeds._cuda import CudaModule, require_capability
-    from seeds.nvfp4_gemm import formats
+    from seeds.nvfp4_gemm import formats, linear
     from seeds.nvfp4_gemm.launch import Launcher
 else:  # an exported package's evo_family.py, with the files it imports beside it
     import nvfp4_formats as formats
+    import nvfp4_linear as linear
     from evo_cuda import CudaModule, require_capability
     from nvfp4_launch import Launcher
 
@@ -176,3 +177,11 @@ def fake(a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Tensor,
 def call_with(op, dims: Mapping, inputs) -> torch.Tensor:
     """The public function on the inputs ``make_inputs`` draws."""
     return gemm(op, *inputs, bool(dims["blocked"]))
+
+
+def surfaces(op) -> dict:
+    """What the package offers besides ``gemm``: ``NVFP4Linear(nn.Linear)``, an nn.Linear on NVFP4 (nvfp4_linear.py)."""
+    def nvfp4_linear(module: torch.nn.Linear) -> torch.nn.Module:
+        return linear.NVFP4Linear(lambda *operands: gemm(op, *operands), module)
+
+    return dict(NVFP4Linear=nvfp4_linear)
