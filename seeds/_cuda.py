@@ -341,20 +341,20 @@ def mappable(tensor) -> bool:
 
 
 class MapCache:
-    """Tensor maps already encoded, by tensor (address, sizes, strides, type) and box: a model calls an op on
-    the same few buffers again and again (the allocator hands them back), so most calls encode nothing."""
+    """Tensor maps already encoded, by a key the caller chooses (a slot and the tensor's address, where sizes,
+    strides and box are fixed): a model calls an op on the same few buffers again and again (the allocator
+    hands them back), so most calls encode nothing. At most ``size`` kept, the oldest dropped first."""
 
-    def __init__(self, size: int = 1024) -> None:
+    def __init__(self, size: int = 4096) -> None:
         self.size, self.maps = size, {}
 
-    def box(self, tensor, box: Sequence[int]) -> TensorMapBytes:
-        """``box_map(tensor, box, swizzled=True)``, encoded once per tensor layout and box."""
-        key = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype, tuple(box))
+    def get(self, key, encode, tensor) -> TensorMapBytes:
+        """The map kept under ``key``, else ``encode(tensor)``, kept."""
         found = self.maps.get(key)
         if found is None:
             if len(self.maps) >= self.size:
                 self.maps.pop(next(iter(self.maps)))
-            found = self.maps[key] = box_map(tensor, box, swizzled=True)
+            found = self.maps[key] = encode(tensor)
         return found
 
 

@@ -10,6 +10,7 @@ with b, h, s, d and causal; ``genome`` a dict of knobs.
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 from pathlib import Path
 from typing import Mapping
@@ -18,13 +19,13 @@ import torch
 
 if __package__:  # seeds.flashcore.runtime, inside evo
     from seeds._cuda import (CudaModule, MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, mappable,
-                             ptr, require_capability, tensor_map, ticketed_workspace)
+                             require_capability, tensor_map, ticketed_workspace)
     from seeds.flashcore import dropin, plan
 else:  # an exported package's evo_family.py, with the files it imports beside it
     import flashcore_dropin as dropin
     import flashcore_plan as plan
     from evo_cuda import (CudaModule, MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, mappable,
-                          ptr, require_capability, tensor_map, ticketed_workspace)
+                          require_capability, tensor_map, ticketed_workspace)
 
 DEVICE = "cuda"
 USAGE = """fp16 or bf16 attention O = softmax(Q K^T / sqrt(D)) V, fp32 softmax and accumulation, for an sm_90a GPU.
@@ -126,38 +127,20 @@ def load(artifact: Path, genome: Mapping):
             kernel = module.kernel(f"flashcore{name}_d{d}")
             kernel.set_max_dynamic_shared(kernel_bytes)
             kernels[d, bool(name)] = (kernel, kernel_bytes)
-    return kernels, dict(genome), {"maps": MapCache()}
-
-
-def _launch_warp_specialized(function, smem: int, g: Mapping, dims: Mapping, inputs, out: torch.Tensor, maps) -> None:
-    """The warp-specialised design: Q, K and V in by TMA, O out by TMA, as 4-d maps [B][H][S][D] of their own
-    strides (a [B, S, H, D] tensor's transposed view needs no copy), in boxes of 64 columns (a consumer
-    warpgroup's 64 rows a box of O); K/V head h // group."""
-    h, s, d = dims["h"], dims["s"], dims["d"]
-    q, k, v = inputs
-    rows = plan.block_n(g, d)
-    tensor_maps = [maps.box(q, (64, g["block_m"], 1, 1)), maps.box(k, (64, rows, 1, 1)), maps.box(v, (64, rows, 1, 1)),
-                   maps.box(out, (64, 64, 1, 1))]
-    function.launch(plan.grid(g, s, dims["b"] * h, d), (plan.warps(g, d) * 32,),
-                    [ctypes.c_int(s), ctypes.c_int(h), ctypes.c_int(h // k.shape[1]),
-                     ctypes.c_int(int(dims["causal"])), ctypes.c_float(1.0 / math.sqrt(d) * math.log2(math.e)),
-                     *tensor_maps], shared_bytes=smem)
+    return kernels, dict(genome), {}
 
 
 def launch(loaded, dims: Mapping, inputs, out: torch.Tensor) -> None:
-    """One launch on torch's current stream, reading q, k and v and writing ``out`` as they are laid out
-    where the kernel can (the warp-specialised design: any strides a tensor map takes), else through
-    contiguous copies."""
-    kernels, g, workspaces = loaded
-    if plan.warp_specialized(g) and all(mappable(t) for t in (*inputs, out)):
-        function, smem = kernels[dims["d"], bool(dims.get("bf16", 0))]
-        _launch_warp_specialized(function, smem, g, dims, inputs, out, workspaces["maps"])
-        return
-    if all(t.is_contiguous() for t in (*inputs, out)):
-        _launch(loaded, dims, inputs, out)
+    """One launch on torch's current stream (the current device's), reading q, k and v and writing ``out`` as
+    they are laid out where the kernel can (the warp-specialised design: any strides a tensor map takes), else
+    through contiguous copies. A launch is prepared once per shape and layout (``prepared``)."""
+    run = prepared(loaded, dims, *inputs, out)
+    if run is not None:
+        run(*inputs, out)
         return
     target = out if out.is_contiguous() else torch.empty(out.shape, dtype=out.dtype, device=out.device)
-    _launch(loaded, dims, [t.contiguous() for t in inputs], target)
+    inputs = [t.clone(memory_format=torch.contiguous_format) for t in inputs]  # fresh: aligned, contiguous
+    prepared(loaded, dims, *inputs, target)(*inputs, target)
     if target is not out:
         out.copy_(target)
 
@@ -172,25 +155,63 @@ def _classic_map_rows(g: Mapping, d: int) -> tuple:
     return None, None, None
 
 
-def _launch(loaded, dims: Mapping, inputs, out: torch.Tensor) -> None:
-    """One launch on contiguous tensors. A grid key split's partial rows and ticket counters are kept
-    per shape, device and stream (the tickets count on across launches and are never reset)."""
+def prepared(loaded, dims: Mapping, q, k, v, out):
+    """``run(q, k, v, out)``: the kernel's launch for this shape and these tensors' layout, its arguments but the
+    addresses fixed (kept in the loaded kernel's workspaces); a call finds its tensor maps by address (encoded
+    at an address's first call) and launches on the current stream. None where the layout needs copies."""
     kernels, g, workspaces = loaded
+    key = ("prepared", tuple(dims.items()), *(t.stride() for t in (q, k, v, out)), q.device)
+    if key not in workspaces:
+        workspaces[key] = _prepare(kernels, g, workspaces, dims, q, k, v, out)
+    return workspaces[key]
+
+
+def _prepare(kernels, g: Mapping, workspaces: dict, dims: Mapping, q, k, v, out):
     b, h, s, d = dims["b"], dims["h"], dims["s"], dims["d"]
     function, smem = kernels[d, bool(dims.get("bf16", 0))]
-    if plan.warp_specialized(g):
-        _launch_warp_specialized(function, smem, g, dims, inputs, out, workspaces["maps"])
-        return
-    q, k, v = inputs
-    swizzled = g["layout"] == "swizzled"
-    maps = [tensor_map(t, rows, swizzled=swizzled) if rows else TensorMapBytes()
-            for t, rows in zip(inputs, _classic_map_rows(g, d))]
-    key = (b, h, s, d, q.device, current_stream())
-    records, tickets = ticketed_workspace(workspaces, key, *plan.grid_workspace(g, s, b * h, d), q.device)
-    function.launch(plan.grid(g, s, b * h, d), (plan.warps(g, d) * 32,),
-                    [ptr(q), ptr(k), ptr(v), ptr(out), ctypes.c_int(s), ctypes.c_int(int(dims["causal"])),
-                     ctypes.c_float(1.0 / math.sqrt(d)), *maps, ptr(records), ptr(tickets)],
-                    shared_bytes=smem)
+    grid, block = plan.grid(g, s, b * h, d), (plan.warps(g, d) * 32,)
+    maps = MapCache()
+    if plan.warp_specialized(g):  # Q, K and V in by TMA, O out by TMA, as 4-d maps [B][H][S][D] of their strides
+        if not all(mappable(t) for t in (q, k, v, out)):
+            return None
+        rows = plan.block_n(g, d)
+        encoders = [functools.partial(box_map, box=box, swizzled=True)
+                    for box in ((64, g["block_m"], 1, 1), (64, rows, 1, 1), (64, rows, 1, 1), (64, 64, 1, 1))]
+        launch = PreparedLaunch(function, grid, block,
+                                [ctypes.c_int(s), ctypes.c_int(h), ctypes.c_int(h // k.shape[1]),
+                                 ctypes.c_int(int(dims["causal"])), ctypes.c_float(1.0 / math.sqrt(d) * math.log2(math.e)),
+                                 *(TensorMapBytes() for _ in encoders)], smem)
+
+        def put(q, k, v, out, stream):
+            for slot, tensor in enumerate((q, k, v, out)):
+                launch.put(5 + slot, maps.get((slot, tensor.data_ptr()), encoders[slot], tensor))
+    else:  # pointers; the maps some stages read; a grid key split's workspace and tickets per stream
+        if not all(t.is_contiguous() for t in (q, k, v, out)):
+            return None
+        swizzled, rows = g["layout"] == "swizzled", _classic_map_rows(g, d)
+        encoders = [functools.partial(tensor_map, box_rows=r, swizzled=swizzled) for r in rows]
+        launch = PreparedLaunch(function, grid, block,
+                                [*(ctypes.c_void_p() for _ in range(4)), ctypes.c_int(s), ctypes.c_int(int(dims["causal"])),
+                                 ctypes.c_float(1.0 / math.sqrt(d)), *(TensorMapBytes() for _ in range(3)),
+                                 ctypes.c_void_p(), ctypes.c_void_p()], smem)
+        sizes = plan.grid_workspace(g, s, b * h, d)
+
+        def put(q, k, v, out, stream):
+            for slot, tensor in enumerate((q, k, v, out)):
+                launch.args[slot].value = tensor.data_ptr()
+            for slot, tensor in enumerate((q, k, v)):
+                if rows[slot]:
+                    launch.put(7 + slot, maps.get((slot, tensor.data_ptr()), encoders[slot], tensor))
+            records, tickets = ticketed_workspace(workspaces, (b, h, s, d, q.device, stream), *sizes, q.device)
+            launch.args[10].value, launch.args[11].value = records.data_ptr(), tickets.data_ptr()
+
+    def run(q, k, v, out):
+        stream = current_stream()
+        with launch.lock:
+            put(q, k, v, out, stream)
+            launch.launch(stream)
+
+    return run
 
 
 _SDPA = torch.nn.functional.scaled_dot_product_attention  # PyTorch's, kept before any patching (patched_sdpa)
@@ -249,77 +270,22 @@ def _remember(op, signature, q, k, v, causal: bool) -> None:
         op.remember(signature, lambda q, k, v: _SDPA(q, k, v, is_causal=causal, enable_gqa=grouped))
         return
     with torch.cuda.device(q.device):
-        run = _prepared(op.loaded(decided[0]), dims, q, k, v)
-    op.remember(signature, run or (lambda q, k, v: op(q, k, v, causal)))
-
-
-def _prepared(loaded, dims: Mapping, q, k, v):
-    """A kernel's launch prepared for one signature (its arguments but the addresses fixed): a call allocates the
-    output, finds its tensor maps by address (encoded at an address's first call) and launches; None where the
-    signature's layout needs the full path (copies)."""
-    kernels, g, workspaces = loaded
-    template = torch.empty_like(q)
-    b, h, s, d = dims["b"], dims["h"], dims["s"], dims["d"]
-    function, smem = kernels[d, bool(dims["bf16"])]
-    grid, block = plan.grid(g, s, b * h, d), (plan.warps(g, d) * 32,)
-    maps: dict = {}
-
-    def cached(slot: int, tensor, encode):
-        found = maps.get((slot, tensor.data_ptr()))
-        if found is None:
-            if len(maps) >= 4096:
-                maps.clear()
-            found = maps[slot, tensor.data_ptr()] = encode(tensor)
-        return found
-
-    if plan.warp_specialized(g):
-        if not all(mappable(t) for t in (q, k, v, template)):
-            return None
-        rows = plan.block_n(g, d)
-        boxes = ((64, g["block_m"], 1, 1), (64, rows, 1, 1), (64, rows, 1, 1), (64, 64, 1, 1))
-        prepared = PreparedLaunch(function, grid, block,
-                                  [ctypes.c_int(s), ctypes.c_int(h), ctypes.c_int(h // dims["h_kv"]),
-                                   ctypes.c_int(dims["causal"]), ctypes.c_float(1.0 / math.sqrt(d) * math.log2(math.e)),
-                                   *(TensorMapBytes() for _ in boxes)], smem)
-        encoders = [lambda t, box=box: box_map(t, box, swizzled=True) for box in boxes]
-
-        def put(q, k, v, out, stream):
-            for slot, tensor in enumerate((q, k, v, out)):
-                prepared.put(5 + slot, cached(slot, tensor, encoders[slot]))
-    else:
-        if not all(t.is_contiguous() for t in (q, k, v, template)):
-            return None
-        swizzled, rows = g["layout"] == "swizzled", _classic_map_rows(g, d)
-        prepared = PreparedLaunch(function, grid, block,
-                                  [*(ctypes.c_void_p() for _ in range(4)), ctypes.c_int(s), ctypes.c_int(dims["causal"]),
-                                   ctypes.c_float(1.0 / math.sqrt(d)), *(TensorMapBytes() for _ in range(3)),
-                                   ctypes.c_void_p(), ctypes.c_void_p()], smem)
-        encoders = [lambda t, r=r: tensor_map(t, r, swizzled=swizzled) for r in rows]
-        sizes = plan.grid_workspace(g, s, b * h, d)
-
-        def put(q, k, v, out, stream):
-            for slot, tensor in enumerate((q, k, v, out)):
-                prepared.args[slot].value = tensor.data_ptr()
-            for slot, tensor in enumerate((q, k, v)):
-                if rows[slot]:
-                    prepared.put(7 + slot, cached(slot, tensor, encoders[slot]))
-            records, tickets = ticketed_workspace(workspaces, (b, h, s, d, q.device, stream), *sizes, q.device)
-            prepared.args[10].value, prepared.args[11].value = records.data_ptr(), tickets.data_ptr()
-
+        template = torch.empty_like(q)
+        run = prepared(op.loaded(decided[0]), dims, q, k, v, template)
+    if run is None:  # the layout needs copies: the full path
+        op.remember(signature, lambda q, k, v: op(q, k, v, causal))
+        return
     size, stride, dtype, device, index = template.shape, template.stride(), template.dtype, template.device, q.device.index
 
-    def run(q, k, v):
+    def call(q, k, v):
         if torch.cuda.current_device() != index:
             with torch.cuda.device(index):
-                return run(q, k, v)
+                return call(q, k, v)
         out = torch.empty_strided(size, stride, dtype=dtype, device=device)
-        stream = current_stream(index)
-        with prepared.lock:
-            put(q, k, v, out, stream)
-            prepared.launch(stream)
+        run(q, k, v, out)
         return out
 
-    return run
+    op.remember(signature, call)
 
 
 def attention(op, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
@@ -361,11 +327,11 @@ def fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> tor
 
 
 def gradient(grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool):
-    """dq, dk, dv: PyTorch's own backward of SDPA (its forward recomputed) at the op's inputs."""
-    with torch.enable_grad():
-        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-        out = _SDPA(*leaves, is_causal=bool(causal), enable_gqa=k.shape[1] != q.shape[1])
-        return tuple(torch.autograd.grad(out, leaves, grad))
+    """dq, dk, dv: PyTorch's own backward of SDPA (its forward recomputed) at the op's inputs (the op runs this
+    with autograd on)."""
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out = _SDPA(*leaves, is_causal=bool(causal), enable_gqa=k.shape[1] != q.shape[1])
+    return tuple(torch.autograd.grad(out, leaves, grad))
 
 
 def gradient_fake(grad, q, k, v, causal):

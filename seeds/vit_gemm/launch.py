@@ -10,12 +10,13 @@ ProblemShape or a plain dict).
 from __future__ import annotations
 
 import ctypes
+import functools
 from typing import Any, Mapping
 
 if __package__:  # seeds.vit_gemm.launch, inside evo
-    from seeds._cuda import MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, multiprocessors, ptr
+    from seeds._cuda import MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, multiprocessors
 else:  # an exported kernel's vit_gemm_launch.py, with evo_cuda.py beside it
-    from evo_cuda import MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, multiprocessors, ptr
+    from evo_cuda import MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, multiprocessors
 
 ROWWISE_STRIDE = 64 + 8  # floats a row of the fp32 staging (ROWWISE_STRIDE in vit_gemm_parts.cuh)
 
@@ -104,7 +105,8 @@ def pad_k(matrix):
 
 class Launcher:
     """One genome's kernel, loaded from its cubin (a seeds/_cuda.py CudaModule), and what its launches
-    keep between calls: the tensor maps of the buffers it has seen and, per stream and shape, the folded table."""
+    keep between calls: per shape its prepared launch (with the tensor maps of the buffers it has seen and, per
+    stream, the folded table)."""
 
     def __init__(self, module, genome: Mapping) -> None:
         self.genome = g = dict(genome)
@@ -114,8 +116,7 @@ class Launcher:
             self.resident = self.kernel.max_active_clusters(g["cluster"], threads(g), shared_bytes(g)) * g["cluster"]
         else:
             self.resident = multiprocessors() * g["blocks_per_sm"]
-        self.maps = MapCache()  # encoding a tensor map is host work: once per buffer and box
-        self.tables: dict[Any, Any] = {}
+        self.launches: dict[Any, Any] = {}  # (m, n, k, p) -> the prepared launch of that shape
         self.padded_weights: dict[Any, Any] = {}  # (w's pointer, version, shape) -> (w, w padded), see launch
 
     def _padded_weight(self, w):
@@ -141,33 +142,23 @@ class Launcher:
         if s["k"] % 8:  # rows of K values are not 16 bytes apart: the TMA reads copies padded with zeros
             a, w = pad_k(a), self._padded_weight(w)
             s = {"m": s["m"], "n": s["n"], "k": a.shape[1], "p": s["p"]}
-        m, n, k, p = s["m"], s["n"], s["k"], s["p"]
-        table = None
-        if g["folded_table"]:  # its prepass fills it every launch: one buffer per stream and shape
-            key = (current_stream(), m, n, k, p, pos.device)
-            if key not in self.tables:
-                self.tables[key] = folded_table(g, s, pos.device)
-            table = self.tables[key]
-        maps = (self.maps.box(a, (64, block_m(g))), self.maps.box(w, (64, g["block_n"] // g["cluster"])),
-                self.maps.box(output, (64, wg_rows(g))),
-                self.maps.box(table, (64, wg_rows(g))) if table is not None else self.maps.box(pos, (32, wg_rows(g))))
-        if table is not None:  # bias + pos folded into the fp16 table, every launch
-            quads = table.numel() // 4
-            self.table_kernel.launch((min(-(-quads // 256), 4 * multiprocessors()),), (256,),
-                                     [ptr(bias), ptr(pos), ptr(table), ctypes.c_int(table.shape[0]),
-                                      ctypes.c_int(n), ctypes.c_int(p)])
-        self.kernel.launch((blocks(g, s, self.resident),), (threads(g),),
-                           [*maps, ptr(bias), ptr(pos), ptr(output), ctypes.c_int(m), ctypes.c_int(n),
-                            ctypes.c_int(k), ctypes.c_int(p)],
-                           shared_bytes=shared_bytes(g), programmatic=g["folded_table"])
+        self._launch_for(s)(a, w, bias, pos, output)
 
     def prepared(self, s: Mapping):
         """The launch for shape ``s`` with everything but the addresses fixed (PreparedLaunch): ``run(a, w, bias,
         pos, output)`` as ``launch`` takes them; tensor maps cached by address. None where ``launch`` must do more
         per call (K not a multiple of 8: the operands are padded)."""
+        return None if not takes(self.genome, s) or s["k"] % 8 else self._launch_for(s)
+
+    def _launch_for(self, s: Mapping):
+        """Shape ``s``'s prepared launch, made at its first call."""
+        key = (s["m"], s["n"], s["k"], s["p"])
+        if key not in self.launches:
+            self.launches[key] = self._prepare(s)
+        return self.launches[key]
+
+    def _prepare(self, s: Mapping):
         g = self.genome
-        if not takes(g, s) or s["k"] % 8:
-            return None
         m, n, k, p = s["m"], s["n"], s["k"], s["p"]
         boxes = ((64, block_m(g)), (64, g["block_n"] // g["cluster"]), (64, wg_rows(g)),
                  (64, wg_rows(g)) if g["folded_table"] else (32, wg_rows(g)))
@@ -175,20 +166,14 @@ class Launcher:
                               [*(TensorMapBytes() for _ in boxes), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p(),
                                ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k), ctypes.c_int(p)],
                               shared_bytes(g), programmatic=g["folded_table"])
-        prepass, maps, tables = None, {}, {}
+        prepass, maps, tables = None, MapCache(), {}
         if g["folded_table"]:
             rows = p + wg_rows(g) - 1
             prepass = PreparedLaunch(self.table_kernel, (min(-(-rows * n // 4 // 256), 4 * multiprocessors()),), (256,),
                                      [ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_int(rows),
                                       ctypes.c_int(n), ctypes.c_int(p)])
 
-        def tensor_map(slot: int, tensor):
-            found = maps.get((slot, tensor.data_ptr()))
-            if found is None:
-                if len(maps) >= 4096:
-                    maps.clear()
-                found = maps[slot, tensor.data_ptr()] = box_map(tensor, boxes[slot], swizzled=True)
-            return found
+        encoders = [functools.partial(box_map, box=box, swizzled=True) for box in boxes]
 
         def run(a, w, bias, pos, output) -> None:
             stream = current_stream()
@@ -203,7 +188,7 @@ class Launcher:
                         prepass.args[slot].value = tensor.data_ptr()
                     prepass.launch(stream)
                 for slot, tensor in enumerate((a, w, output, operand)):
-                    main.put(slot, tensor_map(slot, tensor))
+                    main.put(slot, maps.get((slot, tensor.data_ptr()), encoders[slot], tensor))
                 for slot, tensor in enumerate((bias, pos, output)):
                     main.args[4 + slot].value = tensor.data_ptr()
                 main.launch(stream)
