@@ -2,7 +2,7 @@
 
 from db.memory import Memory, Remembered
 from db.session import Database, SchemaError, is_sqlite_file, resolve_url, safe_url
-from db.store import EvaluationRow, HistoryEntry, MeasurementRow, NewIndividual, ParentLink, RunInfo, Store
+from db.store import EvaluationRow, HistoryEntry, MeasurementRow, NewIndividual, ParentLink, RunInfo, RunLost, Store
 
 __all__ = [
     "Database",
@@ -14,6 +14,7 @@ __all__ = [
     "ParentLink",
     "Remembered",
     "RunInfo",
+    "RunLost",
     "SchemaError",
     "Store",
     "is_sqlite_file",

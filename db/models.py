@@ -36,6 +36,7 @@ class Run(Base):
     host: Mapped[str | None] = mapped_column(String(200))  # the driver's machine and process, while it runs
     pid: Mapped[int | None] = mapped_column(Integer)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # the driver's last word
+    lease: Mapped[str | None] = mapped_column(String(32))  # the owning driver's token (db.store.RunLost)
 
     individuals: Mapped[list["Individual"]] = relationship(back_populates="run")
 

@@ -7,12 +7,13 @@ moment it is recorded, so a killed driver loses nothing that had finished.
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from db.models import Evaluation, GateCheck, Individual, LineageEdge, Run, ShapeMeasurement, utcnow
 from db.session import Database
@@ -22,6 +23,11 @@ RUN_STATUSES = ("running", "target_reached", "budget_exhausted", "time_exhausted
                 "interrupted", "failed")
 HEARTBEAT_S = 10.0  # a running search's driver says it is alive this often
 HEARTBEAT_STALE_S = 60.0  # a run not heard from for this long has lost its driver
+
+
+class RunLost(Exception):
+    """A write for a run whose lease another driver holds now (``evo search --resume`` took it over after this
+    driver's heartbeat went stale): nothing is written, and this driver stops."""
 
 
 @dataclass(frozen=True)
@@ -136,8 +142,31 @@ class RunInfo:
 
 
 class Store:
+    """A driver's writes for a run it has claimed (``claim``) are made only while it still holds the run's lease,
+    checked in the same transaction as the write (``_owned``); a lost lease raises RunLost."""
+
     def __init__(self, database: Database) -> None:
         self.database = database
+        self._leases: dict[int, str] = {}  # run id -> this driver's token, for the runs it claimed
+
+    def claim(self, run_id: int) -> None:
+        """This store's driver owns ``run_id`` from now on: a driver that held it before stops at its next write."""
+        token = secrets.token_hex(16)
+        with self.database.session() as s:
+            s.execute(update(Run).where(Run.id == run_id).values(lease=token))
+        self._leases[run_id] = token
+
+    def _owned(self, s, run_id: int) -> None:
+        """In session ``s``, before a write for ``run_id``: where this driver claimed it, that it still holds its
+        lease (a conditional write: the row is locked for the rest of the transaction), else RunLost."""
+        token = self._leases.get(run_id)
+        if token is None:
+            return
+        if s.execute(update(Run).where(Run.id == run_id, Run.lease == token).values(lease=token)).rowcount != 1:
+            run = s.get(Run, run_id)
+            where = f" (process {run.pid} on {run.host})" if run is not None and run.pid else ""
+            raise RunLost(f"run {run_id} was taken over by another driver{where} while this one was not heard from: "
+                          f"this one stops without writing")
 
     # -- runs -------------------------------------------------------------------------------
     def create_run(self, *, family: str, strategy: str, target: str | None, seed: int, config: dict) -> int:
@@ -168,6 +197,7 @@ class Store:
     def beat(self, run_id: int, host: str, pid: int) -> None:
         """The driver of ``run_id`` is alive (see RunInfo.driver_died)."""
         with self.database.session() as s:
+            self._owned(s, run_id)
             run = s.get(Run, run_id)
             run.host, run.pid, run.heartbeat_at = host, pid, utcnow()
 
@@ -176,6 +206,7 @@ class Store:
         if status is not None and status not in RUN_STATUSES:
             raise ValueError(f"unknown run status {status!r}")
         with self.database.session() as s:
+            self._owned(s, run_id)
             run = s.get(Run, run_id)
             for name, value in fields.items():
                 setattr(run, name, value)
@@ -186,6 +217,7 @@ class Store:
     def add_individuals(self, run_id: int, individuals: list[NewIndividual]) -> dict[str, int]:
         """Insert individuals with their lineage edges in one transaction; returns their ids."""
         with self.database.session() as s:
+            self._owned(s, run_id)
             known = dict(s.execute(select(Individual.genome_id, Individual.id).where(Individual.run_id == run_id)).all())
             ids = {}
             for new in individuals:
@@ -230,6 +262,8 @@ class Store:
         name -> its dimensions, stored beside each). ``measurement_key``: what the measurement depends on
         (db.memory)."""
         with self.database.session() as s:
+            run_id = s.get(Individual, individual_id).run_id
+            self._owned(s, run_id)
             evaluation = Evaluation(
                 individual_id=individual_id, status=result.status.value, message=result.message,
                 fitness_s=result.fitness_s if result.status is Status.OK else None,
@@ -244,7 +278,6 @@ class Store:
             if result.status is not Status.OK or not result.timings:
                 return
             s.flush()
-            run_id = s.get(Individual, individual_id).run_id
             checks = {c.shape: c for c in result.checks}
             for t in result.timings:
                 check, anchor = checks.get(t.shape), result.anchor_timing(t.shape)
@@ -266,6 +299,7 @@ class Store:
 
     def record_gate(self, run_id: int, individual_id: int, result: GateResult) -> None:
         with self.database.session() as s:
+            self._owned(s, run_id)
             s.add(GateCheck(run_id=run_id, individual_id=individual_id, passed=result.passed,
                             target_s=result.target_s, rounds=to_jsonable(result.rounds), message=result.message,
                             targets=to_jsonable(result.targets)))

@@ -7,6 +7,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from evo._headline import Headline
 from evo.dispatch import DispatchTable
 from fitness import format_seconds
 from kernel_genome import Genome
@@ -37,6 +38,7 @@ class SearchOutcome:
     evaluated_now: int = 0  # evaluations finished in this process
     busy: float | None = None  # the share of their time they spent evaluating (and gating)
     reused: int = 0  # evaluations that reused an earlier run's measurement (no build, no GPU time)
+    headline: Headline | None = None  # the kernel against the anchor, timed in turns at the end (no workload)
 
 
 def status_counts(statuses: dict) -> str:
@@ -75,4 +77,6 @@ def describe(outcome: SearchOutcome) -> str:
         text += f", target {format_seconds(outcome.target_s)}"
     if outcome.dispatch is not None:
         text += f"; {outcome.dispatch.summary()}"
+    if outcome.headline is not None:
+        text += f"; speedup over the anchor {outcome.headline.text()}"
     return text

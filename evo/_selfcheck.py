@@ -26,12 +26,15 @@ import math
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 HERE = Path(__file__).resolve().parent
 SLOWER_BEYOND = 0.02  # the op may be this much slower than the anchor (timing noise) before it fails
+ROUNDS = 3  # rounds of the op and the anchor timed in turns (evo's end-of-run confirmation times as many)
+AGREEMENT = 0.15  # rounds whose ratios lie further apart are unsteady: no speedup is claimed (evo's gate's too)
 
 
 def _replay(run, burst: int):
@@ -148,6 +151,41 @@ def _paired(op, anchor, device: str, cold: bool, samples: int = 40) -> tuple[flo
     return statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs), statistics.median(ratios), low
 
 
+@dataclass(frozen=True)
+class Rounds:
+    """ROUNDS rounds of the op (kernel) and the anchor timed in turns (``_paired``), as evo's summary times its
+    headline: the rounds' ratios must agree within AGREEMENT, else the speedup is unsteady (no number)."""
+
+    op_s: float  # medians over the rounds
+    anchor_s: float
+    ratios: tuple[float, ...]  # each round's median of the op's time over the anchor's, pair by pair
+    lows: tuple[float, ...]  # each round's lower 95% bound of that median
+
+    @property
+    def steady(self) -> bool:
+        return max(self.ratios) <= min(self.ratios) * (1 + AGREEMENT)
+
+    @property
+    def speedup(self) -> float:
+        return 1 / statistics.median(self.ratios)
+
+    def slower(self, beyond: float) -> bool:
+        """Slower than the anchor beyond the noise in every round (even each round's lower bound is above)."""
+        return min(self.lows) > 1 + beyond
+
+    def text(self) -> str:
+        """The speedup and its span over the rounds, or why none is claimed."""
+        if not self.steady:
+            return f"unsteady (rounds {1 / max(self.ratios):.2f}-{1 / min(self.ratios):.2f}x)"
+        return f"{self.speedup:.2f}x ({1 / max(self.ratios):.2f}-{1 / min(self.ratios):.2f}x)"
+
+
+def _rounds(op, anchor, device: str, cold: bool) -> Rounds:
+    done = [_paired(op, anchor, device, cold) for _ in range(ROUNDS)]
+    return Rounds(statistics.median(d[0] for d in done), statistics.median(d[1] for d in done),
+                  tuple(d[2] for d in done), tuple(d[3] for d in done))
+
+
 def _eager(op, anchor, rounds: int = 9) -> tuple[float, float]:
     """Median seconds per call of the op and of the anchor called eagerly back to back (the host's cost counts
     where it exceeds the GPU's), in turns; evo_decisions.time_calls, as the op decides."""
@@ -209,21 +247,23 @@ def _inputs(kernel, shape: dict, index: int):
     return kernel.make_inputs(shape, generator)
 
 
-def _check_kernel(kernel, metadata: dict, timer) -> bool:
-    """A single kernel: every shape verified, then timed against the anchor and the other anchors."""
+def _check_kernel(kernel, metadata: dict, timer, cold: bool) -> bool:
+    """A single kernel: every shape verified, then timed in turns with the anchor in ROUNDS rounds (the speedup,
+    its span over the rounds, or "unsteady"), then the other anchors."""
     tolerance, failed, notes = metadata["tolerance"], False, []
     width = max([10] + [len(shape["name"]) for shape in metadata["shapes"]])
-    print(f"{'shape':>{width}} {'max abs err':>12} {'rel L2 err':>11} {'kernel':>11} {'anchor':>11} {'speedup':>8}  "
-          "verdict")
+    print(f"{'shape':>{width}} {'max abs err':>12} {'rel L2 err':>11} {'kernel':>11} {'anchor':>11} "
+          f"{'speedup (rounds)':>20}  verdict")
     for index, shape in enumerate(metadata["shapes"]):
         inputs = _inputs(kernel, shape, index)
         ok, max_abs, rel_l2 = _verify(kernel, shape, inputs, tolerance)
         failed |= not ok
-        out = kernel.make_output(shape)
-        own = timer(lambda: kernel.launch(shape, inputs, out), kernel.DEVICE)
-        anchor = timer(lambda: kernel.anchor(shape, inputs), kernel.DEVICE)
+        # the kernel writing a fresh output each call, as the anchor does (as evo's confirmation times it)
+        rounds = _rounds(lambda: kernel.launch(shape, inputs, kernel.make_output(shape)),
+                         lambda: kernel.anchor(shape, inputs), kernel.DEVICE, cold)
+        own, anchor = rounds.op_s, rounds.anchor_s
         print(f"{shape['name']:>{width}} {max_abs:12.3g} {rel_l2:11.3g} {own * 1e6:9.2f}us {anchor * 1e6:9.2f}us "
-              f"{anchor / own:7.2f}x  {'ok' if ok else 'FAILED'}")
+              f"{rounds.text():>20}  {'ok' if ok else 'FAILED'}")
         for note in (_differs("the kernel", own, *_recorded(metadata.get("timings"), shape["name"])),
                      _differs("the anchor", anchor, *_recorded(metadata.get("anchor_timings"), shape["name"]))):
             if note:
@@ -261,15 +301,15 @@ def _check_op(kernel, metadata: dict, timer, cold: bool) -> bool:
         inputs = _inputs(kernel, shape, index)
         ok, max_abs, _ = _verify(kernel, shape, inputs, tolerance)
         choice, _ = kernel.choose(dims)
-        op, anchor, ratio, low = _paired(lambda: kernel.run(shape, inputs), lambda: kernel.fallback(shape, inputs),
-                                         kernel.DEVICE, cold)
-        slower = low > 1 + SLOWER_BEYOND  # slower beyond the noise: even the ratio's lower bound is above
+        rounds = _rounds(lambda: kernel.run(shape, inputs), lambda: kernel.fallback(shape, inputs), kernel.DEVICE, cold)
+        op, anchor, ratio = rounds.op_s, rounds.anchor_s, 1 / rounds.speedup
+        slower = rounds.slower(SLOWER_BEYOND)  # slower beyond the noise in every round
         failed |= not ok or slower
         speedups.append((1 / ratio, recorded.get(shape["name"], {}).get("weight", 1.0)))
         row = recorded.get(shape["name"], {})
         then = (f"{row['kernel_s'] * 1e6:.1f}/{row['anchor_s'] * 1e6:.1f}us" if row.get("kernel_s") and row.get("anchor_s")
                 else "-")
-        verdict = "FAILED" if not ok else ("SLOWER" if slower else "ok")
+        verdict = "FAILED" if not ok else ("SLOWER" if slower else "ok" if rounds.steady else "ok (unsteady timing)")
         print(f"{shape['name']:>{width}} {choice or 'PyTorch':>17} {max_abs:11.3g} {op * 1e6:9.2f}us "
               f"{anchor * 1e6:9.2f}us {1 / ratio:7.2f}x {then:>19}  {verdict}")
         op_then = row.get("kernel_s") if row.get("choice") not in (None, "pytorch") else row.get("anchor_s")
@@ -289,7 +329,8 @@ def _check_op(kernel, metadata: dict, timer, cold: bool) -> bool:
     total = sum(w for _, w in speedups)
     geomean = math.exp(sum(w * math.log(s) for s, w in speedups) / total)
     print(f"weighted geometric-mean speedup of the op over {metadata['anchor_name']}: {geomean:.2f}x; "
-          f"an op slower than it by more than {SLOWER_BEYOND:.0%} beyond the timing's noise fails")
+          f"an op slower than it by more than {SLOWER_BEYOND:.0%} beyond the timing's noise in each of "
+          f"{ROUNDS} rounds fails")
     return failed
 
 
@@ -314,7 +355,11 @@ def main() -> int:
           + f" and the relative L2 error <= {tolerance['max_rel_l2']:g}")
     if kernel.DEVICE == "cuda":
         print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    failed = _check_op(kernel, metadata, timer, cold) if workload else _check_kernel(kernel, metadata, timer)
+    threads = (metadata.get("hardware") or {}).get("threads")
+    if kernel.DEVICE != "cuda" and threads:  # PyTorch's threads as the search timed it (torch's default there)
+        torch.set_num_threads(int(threads))
+        print(f"PyTorch threads: {threads}, as the search timed it")
+    failed = _check_op(kernel, metadata, timer, cold) if workload else _check_kernel(kernel, metadata, timer, cold)
     print("self-check " + ("FAILED" if failed else "passed"))
     return 1 if failed else 0
 

@@ -42,6 +42,9 @@ def gate_line(gate, individual) -> str:
     where = f" at {len(shapes)} shapes" if len(shapes) > 1 else (f" at {shapes[0]}" if shapes else "")
     what = "hard gate" if gate.target_s is not None else "confirmation beside the anchor"
     limit = f" vs target {format_seconds(gate.target_s)}" if gate.target_s is not None else ""
+    ratios = [beside[0][1] / own[0][1] for r in gate.rounds if (own := r.get("times")) and (beside := r.get("anchor_times"))]
+    if ratios and len(shapes) == 1:
+        limit += f", speedup {min(ratios):.2f}-{max(ratios):.2f}x over the anchor timed in turns"
     return (f"{what} on individual {individual.id} ({individual.genome_id}){where}: {len(gate.rounds)} rounds, "
             f"{format_span(times)}{limit}: " + ("passed" if gate.passed else f"failed: {gate.message}"))
 

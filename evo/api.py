@@ -90,6 +90,7 @@ def new_search(family, *, workload=None, workload_where: str = "the workload", d
     if family.device == "cuda" and ray_address is None:
         _refuse_a_gpu_family_without_a_gpu(family)
     refuse_a_family_that_does_not_compile(family, config)
+    refuse_a_wrong_anchor(family, workload)
     return Search(config, open_store(database), reporter or SilentReporter(), ray_address=ray_address)
 
 
@@ -199,6 +200,25 @@ def refuse_a_family_that_does_not_compile(family, config: SearchConfig) -> None:
             return
         failures.append(build.message)
     raise ValueError(f"family {family.name} does not build: its seed genome fails ({failures[0]})")
+
+
+def refuse_a_wrong_anchor(family, workload=None) -> None:
+    """PyTorch's side of every claim checked before a run is written: the anchor against the reference at the
+    family's smallest shape (a workload's fallback at each of its shapes), where it can run here (a CUDA family's
+    evaluator checks it again on its GPU before timing it)."""
+    import tempfile
+
+    import torch
+
+    from fitness import EvalConfig, Evaluator
+
+    if family.device == "cuda" and not torch.cuda.is_available():
+        return
+    with tempfile.TemporaryDirectory(prefix="evo-anchor-") as folder:
+        wrong = Evaluator(family, EvalConfig(trials=1, workload=workload), Path(folder)).anchor_mismatch()
+    if wrong is not None:
+        raise ValueError(f"family {family.name}: {wrong} (what every kernel is compared with must itself be right: "
+                         f"fix its anchor or its reference)")
 
 
 def _refuse_a_gpu_family_without_a_gpu(family) -> None:

@@ -15,12 +15,17 @@ from typing import Sequence
 
 from rich.console import Console
 
+EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 
 
 class BadInput(Exception):
     """Raised for anything the user gave us that we cannot use; printed as one line, exit 2."""
+
+
+class Failed(Exception):
+    """A search that cannot go on (its database failed, another driver took its run over): one line, exit 1."""
 
 
 class Interrupted(Exception):
@@ -202,6 +207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Interrupted as exc:
         errors.print(str(exc), highlight=False, markup=False, soft_wrap=True)
         return EXIT_INTERRUPTED
+    except Failed as exc:
+        errors.print(f"error: {error_line(str(exc))}", highlight=False, markup=False, soft_wrap=True)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         errors.print("interrupted", highlight=False, markup=False)
         return EXIT_INTERRUPTED

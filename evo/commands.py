@@ -8,10 +8,11 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy.exc import SQLAlchemyError
 
-from db import Database, SchemaError, Store
+from db import Database, RunLost, SchemaError, Store
 from evo.api import database_at, open_store
-from evo.cli import BadInput, Interrupted
+from evo.cli import BadInput, Failed, Interrupted
 from evo._config import SearchConfig
 from evo._views import gate_line, mission_anchor, run_dispatch_table, unsteady_at_fitness_shape
 from evo.experiment import load_experiment, parse_duration
@@ -125,10 +126,26 @@ def _run(search, go) -> int:
         raise BadInput(str(exc)) from None
     except KeyboardInterrupt:
         search.reporter.close()
-        if search.run_id is None:
+        status = search.mark_interrupted()
+        if status is None:
             raise Interrupted("interrupted before a run was written: nothing to resume") from None
+        if status != "interrupted":  # it had ended (or another driver owns it) before the interrupt came
+            raise Interrupted(f"interrupted: run {search.run_id} is {status.replace('_', ' ')}") from None
         raise Interrupted(f"interrupted: run {search.run_id} is marked interrupted; continue it with "
                           f"`evo search --resume {search.run_id}`") from None
+    except RunLost as exc:
+        search.reporter.close()
+        raise Failed(str(exc)) from None
+    except SQLAlchemyError as exc:
+        search.reporter.close()
+        where = f"; run {search.run_id} is marked failed where it could still be written" if search.run_id else ""
+        raise Failed(f"the database failed: {_first_line(exc)}{where}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """A database error's own words, without the SQL and the links SQLAlchemy appends."""
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return (text.splitlines() or [type(exc).__name__])[0][:300]
 
 
 # -- reading the store ------------------------------------------------------------------------

@@ -2,10 +2,10 @@
 its time and the anchor's (PyTorch's whole computation) timed in the same process, and what the op
 runs there: the kernel where it is faster than PyTorch by at least ``MARGIN``, PyTorch otherwise.
 
-A kernel's figure at a shape is its confirmation's where it has one (the winners are re-verified
+A kernel's figure at a shape is its confirmation's where it passed one (the winners are re-verified
 and re-timed beside the anchor in a few rounds at the end of a search: the median of those rounds),
-its search measurement otherwise; where some kernel was confirmed at a shape, only a confirmed one is
-chosen there, and only if it beat the anchor in every round. Kernels are ranked by their time over the anchor's timed in the
+its search measurement otherwise. Only a confirmed kernel is chosen, and only if it beat the anchor in
+every round; a kernel whose confirmation failed at a shape (wrong, or rounds that disagree) is out there. Kernels are ranked by their time over the anchor's timed in the
 same process, so that evaluators on different GPUs compare fairly. The run summary, `evo show`, the
 lineage report and `evo export` all read this one table.
 """
@@ -106,20 +106,23 @@ class _Figure:
         return anchor_s is not None and self.seconds < anchor_s * (1 - MARGIN)
 
 
-def confirmations(store: Store, run_id: int) -> tuple[dict[tuple[int, str], _Figure], set[int]]:
-    """From the run's gates and confirmations: (individual, shape) -> the median of its rounds' times
-    (and of the anchor's beside them); and the individuals a round found incorrect."""
+def confirmations(store: Store, run_id: int) -> tuple[dict[tuple[int, str], _Figure], set]:
+    """From the run's passed gates and confirmations: (individual, shape) -> the median of its rounds' times
+    (and of the anchor's beside them); and what is out: the individuals a round found incorrect, and the
+    (individual, shape) pairs whose gate or confirmation failed there."""
     times: dict[tuple[int, str], list[float]] = {}
     anchors: dict[tuple[int, str], list[float]] = {}
     ratios: dict[tuple[int, str], list[float]] = {}
-    wrong: set[int] = set()
+    wrong: set = set()
     for gate, individual in store.gates(run_id):
+        if not gate.passed:
+            wrong.update((individual.id, shape) for shape, _ in gate.targets or ())
         for round_ in gate.rounds:
             if not round_.get("verified"):
                 wrong.add(individual.id)
                 continue
             beside = dict(round_.get("anchor_times") or ())
-            for shape, seconds in round_.get("times") or ():
+            for shape, seconds in round_.get("times") or () if gate.passed else ():
                 times.setdefault((individual.id, shape), []).append(seconds)
                 if beside.get(shape):
                     anchors.setdefault((individual.id, shape), []).append(beside[shape])
@@ -143,13 +146,14 @@ class Ranking:
     first_anchors: dict[str, float]
 
 
-def ranked_kernels(measurements: list[MeasurementRow], figures: dict, wrong: set[int]) -> Ranking:
+def ranked_kernels(measurements: list[MeasurementRow], figures: dict, wrong: set) -> Ranking:
+    """``wrong``: individuals out everywhere, (individual, shape) pairs out at that shape (``confirmations``)."""
     kernels: dict[str, list] = {}
     anchors: dict[str, float] = {}
     for m in measurements:
         if m.anchor_s is not None:
             anchors.setdefault(m.shape, m.anchor_s)  # the first evaluator's, when nothing better is known
-        if not (m.complete and m.verified) or m.individual_id in wrong:
+        if not (m.complete and m.verified) or m.individual_id in wrong or (m.individual_id, m.shape) in wrong:
             continue
         figure = figures.get((m.individual_id, m.shape))
         if figure is None or figure.anchor_s is None:
@@ -162,7 +166,8 @@ def ranked_kernels(measurements: list[MeasurementRow], figures: dict, wrong: set
 
 def build_table(family: KernelFamily, workload: Workload, ranking: Ranking) -> DispatchTable:
     """Each shape's row: its best confirmed kernel where any kernel was confirmed there (a search figure that
-    beats the confirmed ones is most likely noise: the winner's curse), else its best by the search's figures."""
+    beats the confirmed ones is most likely noise: the winner's curse), else its best by the search's figures,
+    which the op does not run (unconfirmed)."""
     anchors = ranking.first_anchors
     rows = []
     for shape, weight in zip(workload.shapes, workload.weights):
@@ -175,5 +180,5 @@ def build_table(family: KernelFamily, workload: Workload, ranking: Ranking) -> D
         figure, m = found
         anchor = figure.anchor_s if figure.anchor_s is not None else anchors.get(shape.name)
         rows.append(ShapeChoice(shape.name, dict(shape.dims), weight, anchor, figure.seconds, m.individual_id,
-                                m.genome_id, m.genome, figure.confirmed, figure.beats(anchor)))
+                                m.genome_id, m.genome, figure.confirmed, figure.confirmed and figure.beats(anchor)))
     return DispatchTable(workload, family.fallback_label, tuple(rows))

@@ -7,15 +7,19 @@ finishes, so a killed search resumes without losing or repeating a finished eval
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import signal
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from db import NewIndividual, ParentLink, Store
+from db import NewIndividual, ParentLink, RunLost, Store
 from evo._asking import BackgroundAsk
 from evo._config import SearchConfig
+from evo._headline import CONFIRM_ROUNDS, Headline, confirm
 from evo._heartbeat import Heartbeat
 from evo._outcome import EXIT_BUDGET_EXHAUSTED, EXIT_SPACE_EXHAUSTED, EXIT_TARGET_REACHED, LoopState, SearchOutcome, describe
 from evo._reuse import RunMemory
@@ -56,6 +60,27 @@ class _Setting(Mapping):
         return self._values
 
 
+@contextlib.contextmanager
+def _signals_held():
+    """Ctrl-C and SIGTERM wait (in the main thread) while a run's last status is written."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        if main:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
+
+
+def _default_threads() -> int:
+    """PyTorch's CPU threads in this process (the user's): what a CPU family's anchor is timed with."""
+    import torch
+
+    return torch.get_num_threads()
+
+
 class Search:
     def __init__(self, config: SearchConfig, store: Store, reporter: Reporter, *, ray_address: str | None = None):
         self.config = config
@@ -76,7 +101,8 @@ class Search:
                                                 reads=None if self.shapes else self.family.knobs_read(self.fitness_shape))
         self.asker = BackgroundAsk(self.strategy)  # the loop's asks, in a thread of their own
         self.state = LoopState()
-        self.evaluation = EvalConfig(config.trials, config.cold_cache, self.workload)
+        self.evaluation = EvalConfig(config.trials, config.cold_cache, self.workload,
+                                     threads=self.family.anchor_threads or _default_threads())
         self.memory = RunMemory(store, self.family, self.evaluation, reuse=config.reuse)
         self._individual_ids: dict[str, int] = {}
         self._generation_of: dict[str, int] = {}
@@ -85,6 +111,17 @@ class Search:
         self._gate_passed = False
         self._gate_winner: tuple[Genome, tuple[float, ...]] | None = None
         self.run_id: int | None = None  # known once the run is written (what an interrupt message names)
+
+    def mark_interrupted(self) -> str | None:
+        """After an interrupt, wherever it came: a run still marked running is marked interrupted (unless another
+        driver owns it now); its stored status is returned (None: no run was written), for the message to say."""
+        if self.run_id is None:
+            return None
+        with _signals_held():
+            with contextlib.suppress(RunLost):
+                if self.store.get_run(self.run_id).status == "running":
+                    self.store.update_run(self.run_id, status="interrupted", message="stopped by the user")
+            return self.store.get_run(self.run_id).status
 
     def _runs_fitness_shape(self) -> Constraint:
         """That a kernel runs the shape the fitness is timed at: the run's space holds no other genome (in a bf16
@@ -102,6 +139,7 @@ class Search:
             run_id = self.store.create_run(family=self.family.reference_key, strategy=self.config.strategy,
                                            target=self.config.target, seed=self.config.seed,
                                            config=self.config.to_dict())
+            self.store.claim(run_id)
         except BaseException:
             release_ray()
             raise
@@ -144,6 +182,7 @@ class Search:
         run = self.store.get_run(run_id)
         self.state.target_s = run.target_seconds
         release_ray = start_ray(self.ray_address, family_folder(self.family))  # before the run is marked running again
+        self.store.claim(run_id)  # a driver that held it before stops at its next write
         self.store.update_run(run_id, status="running", message=None)
         return self._loop(run_id, pending, resumed=True, release_ray=release_ray)
 
@@ -154,7 +193,7 @@ class Search:
     # -- the loop ---------------------------------------------------------------------------
     def _loop(self, run_id: int, first_batch: list[Genome], resumed: bool, release_ray) -> SearchOutcome:
         cache = Path(self.config.cache_dir) if self.config.cache_dir else default_cache_dir()
-        status, dispatch, pipeline = None, None, None
+        status, dispatch, pipeline, headline = None, None, None, None
         heartbeat = Heartbeat(self.store, run_id).start()
         try:
             self.reporter.started(run_id, self.family, self.config, resumed)
@@ -171,22 +210,28 @@ class Search:
                 dispatch = self.shapes.confirm(run_id, pipeline)
                 for item in self._poll(pipeline, 0):  # evaluations that were under way when the search stopped
                     self._record(run_id, item, pipeline)
+            else:
+                headline = self._headline(run_id, pipeline)
         except KeyboardInterrupt:
             status = "interrupted"
             raise
+        except RunLost:
+            status = "lost"  # another driver owns the run now: nothing more is written
+            raise
         except BaseException as exc:
             status = "failed"
-            self.store.update_run(run_id, status="failed", message=f"{type(exc).__name__}: {exc}"[:2000])
+            with contextlib.suppress(Exception):  # a database that failed (full, gone) may take no more writes
+                self.store.update_run(run_id, status="failed", message=f"{type(exc).__name__}: {exc}"[:2000])
             raise
         finally:
             heartbeat.stop()
             self.asker.close()
             if status == "interrupted":
-                self.store.update_run(run_id, status="interrupted", message="stopped by the user")
+                self.mark_interrupted()
             if pipeline is not None:
                 pipeline.close()
             release_ray()
-        outcome = dataclasses.replace(self._outcome(run_id, status), dispatch=dispatch,
+        outcome = dataclasses.replace(self._outcome(run_id, status), dispatch=dispatch, headline=headline,
                                       evaluators=pipeline.evaluators if pipeline else 0,
                                       evaluated_now=self.state.evaluated_now, reused=self.memory.reused,
                                       busy=pipeline.busy_s / max(1e-9, pipeline.evaluators * (time.monotonic()
@@ -206,8 +251,11 @@ class Search:
                 finished = self._poll(pipeline, 0.02 if self.asker.asking else 0.5)
                 for item in finished:
                     self._record(run_id, item, pipeline)
-                if stop_reason is None:
+                if stop_reason in (None, "budget_exhausted", "space_exhausted"):
+                    # a result meets the target whenever it comes: also one still on its way once the budget
+                    # is all submitted, or the last of a space
                     self._gate_best_qualifier(run_id, pipeline)
+                    stop_reason = "target_reached" if self._target_reached() else stop_reason
                 strategy_dry = strategy_dry and not finished
                 stop_reason = stop_reason or self._stop_reason()
                 if stop_reason in ("time_exhausted", "target_reached"):
@@ -259,10 +307,13 @@ class Search:
         if self.shapes is not None:
             self._gate_passed = self.shapes.gate(run_id, pipeline, self._individual_ids, self.config.gate_rounds)
             return
-        waiting = [(t, g.id, g) for t, g in self._correct if t <= target and g.id not in self._gated]
-        if not waiting:
-            return
-        seconds, _, genome = min(waiting)
+        waiting = sorted((t, g.id, g) for t, g in self._correct if t <= target and g.id not in self._gated)
+        for seconds, _, genome in waiting:  # the fastest first, until one passes
+            self._gate_one(run_id, pipeline, genome, seconds, target)
+            if self._gate_passed:
+                return
+
+    def _gate_one(self, run_id: int, pipeline: Pipeline, genome: Genome, seconds: float, target: float) -> None:
         self._gated.add(genome.id)
         rounds = self.config.gate_rounds
         if rounds == 0:
@@ -281,6 +332,18 @@ class Search:
                                   f"all within {format_seconds(target)}")
         else:
             self.reporter.message(f"hard gate failed, search goes on: {result.message} ({spread})")
+
+    def _headline(self, run_id: int, pipeline: Pipeline) -> Headline | None:
+        """The run's claim against the anchor (evo/_headline.py): its kernel (the one through the hard gate, else
+        the fastest) re-verified and re-timed beside the anchor, in turns, in a few rounds."""
+        genome = self._gate_winner[0] if self._gate_winner else self.state.best_genome
+        if genome is None or self.state.anchor_s is None:
+            return None
+        self.reporter.message(f"confirming {genome.id}: {CONFIRM_ROUNDS} rounds of re-verification and re-timing "
+                              f"beside the anchor, in turns")
+        result, headline = confirm(pipeline, genome, self.fitness_shape.name)
+        self.store.record_gate(run_id, self._individual_ids[genome.id], result)
+        return headline
 
     # -- pieces -----------------------------------------------------------------------------
     def _ask_and_submit(self, run_id: int, pipeline: Pipeline, n: int, generation: int) -> int:
@@ -378,7 +441,7 @@ class Search:
     def _outcome(self, run_id: int, status: str) -> SearchOutcome:
         exit_code = {"target_reached": EXIT_TARGET_REACHED, "space_exhausted": EXIT_SPACE_EXHAUSTED}.get(
             status, EXIT_BUDGET_EXHAUSTED)
-        if self.target is None and status in ("budget_exhausted", "time_exhausted", "space_exhausted"):
+        if self.target is None and status in ("budget_exhausted", "time_exhausted"):
             exit_code = EXIT_TARGET_REACHED
         s = self.state
         gated, gate_times = self._gate_winner or (None, ())

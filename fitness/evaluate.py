@@ -15,6 +15,7 @@ the workload's primary shape, which every plan times first.
 
 from __future__ import annotations
 
+import math
 import platform
 import secrets
 import time
@@ -47,6 +48,7 @@ class EvalConfig:
     trials: int = 3  # fresh random inputs per shape
     cold_cache: bool = False  # time each run after flushing the last-level cache (fitness/benchmark.py)
     workload: Workload | None = None  # the shapes a workload run times (None: the family's, fitness at the mission)
+    threads: int | None = None  # a CPU family's: the threads PyTorch runs with in the evaluator (None: as it is)
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -89,6 +91,8 @@ class Evaluator:
         # what the anchor times and where: a workload's shapes against PyTorch's whole computation
         self.timed_shapes = self.workload.shapes if self.workload else family.shapes
         self.anchor_run = family.fallback if self.workload else family.anchor
+        if family.device != "cuda" and config.threads:  # Ray pins an actor's threads to its CPU share
+            torch.set_num_threads(config.threads)
         family.prepare_evaluator()
 
     # -- the device this evaluator owns ---------------------------------------------------
@@ -115,11 +119,10 @@ class Evaluator:
     # -- anchors ----------------------------------------------------------------------------
     def anchor_timings(self) -> tuple[ShapeTiming, ...]:
         """The anchor timed on every shape, when the evaluator starts and again every ``ANCHOR_REFRESH_S``."""
-        if self._anchor is None and self.workload is not None:  # what the op falls back to must itself be right
-            wrong = [c for c in map(self.verify_fallback, self.timed_shapes) if not c.passed]
-            if wrong:
-                raise RuntimeError(f"{self.family.fallback_label} fails the family's tolerance at {wrong[0].shape}: "
-                                   f"{wrong[0].message}")
+        if self._anchor is None:  # what a kernel is compared with (what the op falls back to) must itself be right
+            wrong = self.anchor_mismatch()
+            if wrong is not None:
+                raise RuntimeError(wrong)
         if self._anchor is None or time.monotonic() - self._anchor_at > ANCHOR_REFRESH_S:
             started = time.perf_counter()
             self._anchor = tuple(self.time_anchor(self.anchor_run, shape) for shape in self.timed_shapes)
@@ -335,9 +338,23 @@ class Evaluator:
 
         return self._verify(shape, run, self.config.trials)
 
-    def verify_fallback(self, shape: ProblemShape) -> ShapeCheck:
-        """PyTorch's whole computation (what a workload's op falls back to), once, against the reference."""
-        return self._verify(shape, lambda inputs: self.family.fallback(shape, inputs), 1)
+    def anchor_mismatch(self) -> str | None:
+        """The anchor (in a workload run PyTorch's whole computation, what the op falls back to) against the
+        reference, once, at the family's smallest shape (a workload's: at each of its shapes): the first
+        mismatch's words, or None."""
+        shapes = self.timed_shapes if self.workload else [min(self.family.shapes, key=_size)]
+        for shape in shapes:
+            try:
+                check = self._verify(shape, lambda inputs: self.anchor_run(shape, inputs), 1)
+            except Exception as exc:  # noqa: BLE001 - the family's own code failing is the user's input failing
+                return f"{self._anchor_label} raised at {shape.name}: {type(exc).__name__}: {exc}"
+            if not check.passed:
+                return f"{self._anchor_label} fails the family's tolerance at {shape.name}: {check.message}"
+        return None
+
+    @property
+    def _anchor_label(self) -> str:
+        return self.family.fallback_label if self.workload else f"the anchor ({self.family.anchor_name})"
 
     def _verify(self, shape: ProblemShape, run, trials: int) -> ShapeCheck:
         torch = self._torch
@@ -381,6 +398,11 @@ class Evaluator:
         output = self.family.make_output(shape)
         return time_runs(lambda: self.family.launch(kernel, shape, inputs, output), self.family.device,
                          self.family.timing, shape.name, self.config.cold_cache, cutoff_s)
+
+
+def _size(shape: ProblemShape) -> int:
+    """A shape's size, to find the smallest: the product of its dimensions."""
+    return math.prod(max(1, int(v)) for _, v in shape.dims)
 
 
 def _driver_version(torch) -> str | None:

@@ -116,6 +116,9 @@ class KernelFamily(abc.ABC):
     # secondary anchors a workload run leaves out (each would cost minutes over many shapes, e.g. a
     # torch.compile that compiles once per shape)
     costly_anchors: frozenset[str] = frozenset()
+    # a CPU family: the threads PyTorch (the anchor) runs with while timed; None: torch's default in the process
+    # that started the search, as the user's own process would have them (the self-check sets the same)
+    anchor_threads: int | None = None
 
     @property
     def reference_key(self) -> str:

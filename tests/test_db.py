@@ -126,3 +126,23 @@ def test_store_round_trip_with_lineage_and_evaluations(database_url):
     assert store.get_run(run).finished_at is not None
     with pytest.raises(ValueError, match="unknown run status"):
         store.update_run(run, status="bogus")
+
+
+def test_a_driver_whose_run_was_taken_over_stops_at_its_next_write_and_writes_nothing(tmp_path):
+    """Two drivers of one run (the first was stopped, `--resume` took the run over): the first one's writes are
+    refused, in the transaction that would write them, and nothing of it lands."""
+    from db import RunLost
+
+    first, second = Store(make_db(tmp_path).open()), Store(make_db(tmp_path).open())
+    run = first.create_run(family="cpu_gemm", strategy="random", target=None, seed=0, config={})
+    first.claim(run)
+    first.add_individuals(run, [NewIndividual("a", {"x": 1}, 0, "seed")])
+    second.claim(run)  # the takeover
+    for write in (lambda: first.add_individuals(run, [NewIndividual("b", {"x": 2}, 0, "seed")]),
+                  lambda: first.update_run(run, status="failed"), lambda: first.beat(run, "h", 1)):
+        with pytest.raises(RunLost, match="taken over by another driver"):
+            write()
+    assert [h.genome_id for h in second.history(run)] == ["a"] and second.get_run(run).status == "running"
+    second.add_individuals(run, [NewIndividual("b", {"x": 2}, 0, "seed")])
+    second.update_run(run, status="budget_exhausted")
+    assert first.get_run(run).status == "budget_exhausted"  # reading is anyone's

@@ -299,3 +299,18 @@ def test_a_family_folder_sent_to_another_node_is_found_in_its_runtime_environmen
     assert family.name == "demo" and "evo_add" in family.build_recipe(family.seed_genomes[0]).source
     assert family_folder(family) == shipped / "demo"
     assert family_folder(get_family("cpu_gemm")) is None
+
+
+@pytest.mark.parametrize("anchor", ["torch.softmax(x, 0)", "torch.cat([2 * x + y] * 16)"])
+def test_an_anchor_that_disagrees_with_the_reference_is_refused_before_a_run(tmp_path, monkeypatch, capsys, anchor):
+    """PyTorch's side of every claim is checked first: an anchor computing something else (or 16x the output)
+    would make any speedup a false claim; one line, exit 2, no database written."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["new-family", "demo", "--device", "cpu"]) == 0
+    spec = tmp_path / "demo" / "spec.py"
+    spec.write_text(spec.read_text().replace('anchor="torch.add(y, x, alpha=2)"', f'anchor="{anchor}"'))
+    capsys.readouterr()
+    assert main(["search", "--family", "./demo", "--budget", "4", "--db", str(tmp_path / "evo.db")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the anchor" in err[0] and "at " in err[0], err
+    assert not (tmp_path / "evo.db").exists()

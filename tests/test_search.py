@@ -1,6 +1,7 @@
 """End-to-end searches through Ray on the CPU family, as a user runs them."""
 
 import json
+import re
 import os
 import signal
 import sqlite3
@@ -309,3 +310,113 @@ def test_ctrl_c_stops_cleanly_and_marks_the_run_interrupted(tmp_path):
             _reap(process)
     assert rows(db, "SELECT status FROM runs") == [("interrupted",)]
     assert "--resume" in (tmp_path / "search.log").read_text()
+
+
+# -- claims that reproduce, ends that are right ------------------------------------------------------------
+SPEEDUP = re.compile(r"(\d+\.\d+)x \((\d+\.\d+)-(\d+\.\d+)x")
+
+
+def test_the_printed_speedup_is_what_the_exported_self_check_finds(ray_session, tmp_path):
+    """The summary's speedup is the kernel re-timed in turns with the anchor at the end of the run; the exported
+    self-check, run right after with the same PyTorch threads, times it the same way. The two agree within the
+    spread a steady timing allows (rounds 15% apart are unsteady), or one of them says unsteady and claims nothing."""
+    from evo._headline import CONFIRM_ROUNDS
+    from fitness._gate import GATE_AGREEMENT
+
+    db = tmp_path / "evo.db"
+    assert main(["search", "--family", "cpu_gemm", "--budget", "8", "--db", str(db), "--trials", "1"]) == 0
+    (message,), = rows(db, "SELECT message FROM runs")
+    gate = rows(db, "SELECT passed, target_s, rounds FROM gate_checks")
+    assert len(gate) == 1 and gate[0][1] is None and len(json.loads(gate[0][2])) >= CONFIRM_ROUNDS
+    assert main(["export", "1", "--db", str(db), "--out", str(tmp_path / "k")]) == 0
+    check = subprocess.run([sys.executable, str(tmp_path / "k" / "selfcheck.py")], capture_output=True, text=True,
+                           timeout=300)
+    assert check.returncode == 0, check.stdout + check.stderr[-2000:]
+    threads = json.loads(rows(db, "SELECT hardware FROM runs")[0][0])["threads"]
+    assert f"PyTorch threads: {threads}" in check.stdout
+    mission = next(line for line in check.stdout.splitlines() if line.strip().startswith("mission"))
+    claimed, checked = SPEEDUP.search(message), SPEEDUP.search(mission)
+    assert claimed or "unsteady" in message, message
+    assert checked or "unsteady" in mission, mission
+    if claimed and checked:
+        a, b = float(claimed.group(1)), float(checked.group(1))
+        assert max(a, b) <= min(a, b) * (1 + GATE_AGREEMENT), (message, mission)
+        assert float(claimed.group(2)) <= a <= float(claimed.group(3))
+
+
+@pytest.mark.parametrize("budget", [1, 8, 16])
+def test_an_easy_target_is_met_whatever_the_budget(ray_session, tmp_path, budget):
+    """The target counts whenever a result meets it: also the results still on their way once the whole budget
+    is submitted (budget 1: the seed alone; 16: twice the population)."""
+    db = tmp_path / "evo.db"
+    code = main(["search", "--family", "cpu_gemm", "--budget", str(budget), "--population", "8", "--target", "1s",
+                 "--gate-rounds", "2", "--db", str(db), "--trials", "1"])
+    assert code == 0
+    assert rows(db, "SELECT status FROM runs") == [("target_reached",)]
+    assert rows(db, "SELECT COUNT(*) FROM gate_checks WHERE passed AND target_s IS NOT NULL")[0][0] == 1
+
+
+def test_a_driver_whose_run_was_taken_over_stops_with_one_line(tmp_path):
+    """Another driver took the run over (as `--resume` does after a stale heartbeat: a new lease in the run's
+    row): this one stops at its next write, says so in one line, exit 1, and changes nothing of the run."""
+    db = tmp_path / "evo.db"
+    with open(tmp_path / "search.log", "w") as log:
+        process = _spawn(["search", "--family", "cpu_gemm", "--budget", "200", "--db", str(db), "--trials", "1"], log)
+        try:
+            _wait_for_evaluations(db, 3, process)
+            with sqlite3.connect(db) as connection:
+                connection.execute("UPDATE runs SET lease = 'another driver', status = 'budget_exhausted'")
+            counted = rows(db, "SELECT COUNT(*) FROM evaluations")[0][0]
+            assert process.wait(60) == 1
+        finally:
+            _reap(process)
+    assert rows(db, "SELECT status, lease FROM runs") == [("budget_exhausted", "another driver")]
+    assert rows(db, "SELECT COUNT(*) FROM evaluations")[0][0] <= counted + 1  # one in its transaction at most
+    err = [line for line in (tmp_path / "search.log").read_text().splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and "taken over by another driver" in err[0]
+
+
+def test_a_database_that_fails_mid_run_is_one_line_exit_1_and_the_run_failed(ray_session, tmp_path, capsys,
+                                                                              monkeypatch):
+    import sqlite3 as dbapi
+
+    from sqlalchemy.exc import OperationalError
+
+    from db import Store
+
+    db = tmp_path / "evo.db"
+    recorded = Store.record_evaluation
+
+    def full_after_three(self, individual_id, *args, **kwargs):
+        if rows(db, "SELECT COUNT(*) FROM evaluations")[0][0] >= 3:
+            raise OperationalError("INSERT INTO evaluations ...", {}, dbapi.OperationalError("database or disk is full"))
+        return recorded(self, individual_id, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "record_evaluation", full_after_three)
+    assert main(["search", "--family", "cpu_gemm", "--budget", "12", "--db", str(db), "--trials", "1"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: the database failed: database or disk is full; run 1 is marked failed where it could still "
+                   "be written"]
+    assert rows(db, "SELECT status FROM runs") == [("failed",)]
+
+
+def test_an_interrupt_at_the_very_end_leaves_the_status_the_message_names(tmp_path):
+    """Ctrl-C right as the last evaluation lands: whatever moment it hits, the stored status is what the message
+    says (marked interrupted, or the end the run had reached), never `running`."""
+    db = tmp_path / "evo.db"
+    with open(tmp_path / "search.log", "w") as log:
+        process = _spawn(["search", "--family", "cpu_gemm", "--budget", "6", "--db", str(db), "--trials", "1"], log)
+        try:
+            _wait_for_evaluations(db, 6, process)
+            os.kill(process.pid, signal.SIGINT)
+            code = process.wait(60)
+        finally:
+            _reap(process)
+    (status,), = rows(db, "SELECT status FROM runs")
+    said = (tmp_path / "search.log").read_text()
+    assert status != "running"
+    if code == 130:
+        assert ("is marked interrupted" in said) == (status == "interrupted"), (status, said[-500:])
+        assert status == "interrupted" or f"is {status.replace('_', ' ')}" in said
+    else:  # the run had ended and said so before the signal came
+        assert code == 0 and status == "budget_exhausted"

@@ -11,7 +11,7 @@ import pytest
 
 from db import Database, NewIndividual, Store, resolve_url
 from evo.cli import main
-from fitness import EvalResult, ShapeCheck, ShapeTiming, Status
+from fitness import EvalResult, GateResult, GateRound, ShapeCheck, ShapeTiming, Status
 from seeds import get_family
 from tests.test_search import REPO, check_store_invariants, rows
 
@@ -111,9 +111,10 @@ def test_a_workload_search_resumes_with_its_board(ray_session, tmp_path):
     check_store_invariants(db)
 
 
-def export_two_shape_op(tmp_path):
+def export_two_shape_op(tmp_path, confirmation: str | None = "passed"):
     """A workload run recorded by hand (a real kernel, made-up times: it wins at the first shape and loses at
-    the second) exported as an op: the package's folder and the kernel's genome."""
+    the second; its confirmation at the first ``confirmation``: passed, failed with rounds that disagree,
+    or None) exported as an op: the package's folder and the kernel's genome."""
     workload = {"name": "two", "shapes": [{"name": "wins", "m": 256, "n": 256, "k": 256, "weight": 1.0},
                                           {"name": "loses", "m": 64, "n": 512, "k": 96, "weight": 1.0}]}
     fast = CPU.seed_genomes[0].replace(loop_order="register", rows_per_step=4, vec_width=8, block_k=64)
@@ -126,9 +127,25 @@ def export_two_shape_op(tmp_path):
                         timings=tuple(ShapeTiming(s, k, k, 0.0, 10) for s, (k, _) in times.items()),
                         anchor=tuple(ShapeTiming(s, a, a, 0.0, 10) for s, (_, a) in times.items()))
     store.record_evaluation(ids[fast.id], result, {s["name"]: {k: s[k] for k in "mnk"} for s in workload["shapes"]})
+    if confirmation is not None:  # three rounds beside the anchor, each faster; failed: the rounds disagree
+        spread = (100e-6, 101e-6, 100e-6) if confirmation == "passed" else (100e-6, 150e-6, 100e-6)
+        rounds = tuple(GateRound(True, k, "", (("wins", k),), (("wins", 200e-6),)) for k in spread)
+        store.record_gate(run, ids[fast.id], GateResult(fast.id, None, confirmation == "passed", rounds,
+                                                        "" if confirmation == "passed" else "the rounds disagree",
+                                                        (("wins", None),)))
     package = tmp_path / "op"
     assert main(["export", "1", "--db", str(tmp_path / "evo.db"), "--out", str(package)]) == 0
     return package, fast
+
+
+@pytest.mark.parametrize("confirmation", ["failed", None])
+def test_the_op_never_runs_a_kernel_whose_confirmation_failed_or_never_came(tmp_path, capsys, confirmation):
+    package, fast = export_two_shape_op(tmp_path, confirmation)
+    metadata = json.loads((package / "metadata.json").read_text())
+    assert [(r["shape"], r["choice"]) for r in metadata["table"]] == [("wins", "pytorch"), ("loses", "pytorch")]
+    assert main(["show", "1", "--db", str(tmp_path / "evo.db")]) == 0
+    shown = capsys.readouterr().out
+    assert "evolved kernels win 0 of 2 shapes" in shown and "PyTorch (kernel unconfirmed)" in shown
 
 
 def test_the_op_measures_the_winning_kernel_runs_pytorch_where_it_lost_and_decides_shapes_outside(tmp_path, capsys):

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-
-import torch
 
 from kernel_genome import Boolean, Choice, Constraint, PowerOfTwo, Space
 from seeds._family import BuildRecipe, ProblemShape, RuntimeFamily, TimingPlan, Tolerance, shape
@@ -96,11 +93,6 @@ class CpuGemm(RuntimeFamily):
 
     def bytes_moved(self, shape: ProblemShape) -> float:
         return 4.0 * (shape["m"] * shape["k"] + shape["k"] * shape["n"] + shape["m"] * shape["n"])
-
-    def prepare_evaluator(self) -> None:
-        # Ray pins worker threads to the actor's CPU share; the anchor deserves the whole machine,
-        # as a user calling torch.matmul would have it.
-        torch.set_num_threads(os.cpu_count() or 1)
 
 
 FAMILY = CpuGemm()
