@@ -152,6 +152,19 @@ class Database:
         path = Path(self.url.database)
         return not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK))
 
+    def cannot_create(self) -> str | None:
+        """Why a SQLite file that does not exist yet could not be created where it is named (None: it could;
+        tried with a scratch file beside it, removed at once)."""
+        if not is_sqlite_file(self.url) or self.exists():
+            return None
+        import tempfile
+
+        try:
+            with tempfile.NamedTemporaryFile(dir=Path(self.url.database).parent, prefix=".evo-create-test-"):
+                return None
+        except OSError as exc:
+            return exc.strerror or str(exc)
+
     @property
     def description(self) -> str:
         return safe_url(self.url)
@@ -210,14 +223,44 @@ class Database:
     def head_revision(self) -> str:
         return ScriptDirectory(str(MIGRATIONS)).get_current_head()
 
+    def knows(self, revision: str) -> bool:
+        """Whether ``revision`` is one of this evo's schema revisions (not a newer evo's)."""
+        try:
+            return ScriptDirectory(str(MIGRATIONS)).get_revision(revision) is not None
+        except Exception:  # noqa: BLE001 - alembic raises several kinds for an unknown revision
+            return False
+
     @contextmanager
     def _reporting_connection_errors(self) -> Iterator[None]:
         """An unreachable server, a bad password, a file that is not SQLite: a one-line ``SchemaError``."""
+        sidecars = self._sidecars_absent()
         try:
             yield
         except DatabaseError as exc:
             reason = " ".join(str(exc.orig).split())  # one line: drivers' messages span several
+            self._remove_sidecars(sidecars)
             raise SchemaError(f"cannot open database {self.description}: {reason}{fix_for(reason)}") from None
+        except SchemaError:
+            self._remove_sidecars(sidecars)
+            raise
+
+    def _sidecars_absent(self) -> list[Path]:
+        """A SQLite file's -wal and -shm files that are not there now."""
+        if not is_sqlite_file(self.url):
+            return []
+        base = Path(self.url.database)
+        return [path for path in (base.with_name(base.name + "-wal"), base.with_name(base.name + "-shm"))
+                if not path.exists()]
+
+    def _remove_sidecars(self, absent: list[Path]) -> None:
+        """A database refused leaves nothing beside it: the -wal and -shm files opening it made are removed."""
+        if not absent:
+            return
+        if self._engine is not None:
+            self._engine.dispose()
+        for path in absent:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
     def refuse_a_database_not_evos(self) -> None:
         """SchemaError, having written nothing, when the SQLite file is not a database or is another
@@ -226,10 +269,12 @@ class Database:
         if not is_sqlite_file(self.url) or not self.exists() or self.is_empty_file():
             return
         flags = "mode=ro&immutable=1" if self.cannot_write() else "mode=ro"  # immutable: no -shm needed
+        sidecars = self._sidecars_absent()
         try:
             with contextlib.closing(sqlite3.connect(f"file:{Path(self.url.database).as_posix()}?{flags}", uri=True)) as c:
                 tables = {row[0] for row in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         except sqlite3.DatabaseError as exc:
+            self._remove_sidecars(sidecars)
             raise SchemaError(f"cannot open database {self.description}: {exc}") from None
         if tables and "alembic_version" not in tables:
             raise SchemaError(f"database {self.description} is not evo's: it holds other tables "
@@ -245,6 +290,10 @@ class Database:
         """Migrate to the newest schema; returns (revision before, revision after). A database with
         tables of another application (and no evo schema) is refused, untouched."""
         before = self.current_revision()
+        if before is not None and not self.knows(before):
+            raise SchemaError(f"database {self.description} was written by a newer evo (schema revision {before}; "
+                              f"this evo knows revisions up to {self.head_revision()}): it cannot be upgraded by this "
+                              f"one, and is left as it is")
         if before is None:
             with self._reporting_connection_errors(), self.engine.connect() as connection:
                 foreign = set(inspect(connection).get_table_names()) - {"alembic_version"}
@@ -263,6 +312,10 @@ class Database:
         """
         if not create and self.is_empty_file():
             raise SchemaError(f"database {self.description} is empty: no evo run has been stored in it")
+        with self._reporting_connection_errors():  # a refusal leaves no -wal or -shm file it made
+            return self._open(create)
+
+    def _open(self, create: bool) -> "Database":
         self.refuse_a_database_not_evos()
         with self._reporting_connection_errors(), self._schema_lock(exclusive=create):
             with self.engine.connect() as connection:
@@ -276,6 +329,9 @@ class Database:
                 return self
         if current is None:
             raise SchemaError(f"database {self.description} has tables but no evo schema version")
+        if current != head and not self.knows(current):
+            raise SchemaError(f"database {self.description} was written by a newer evo (schema revision {current}; "
+                              f"this evo knows revisions up to {head}): use that evo, or a newer one, with it")
         if current != head:
             raise SchemaError(
                 f"database {self.description} has schema revision {current}, this evo needs {head}: "

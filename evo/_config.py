@@ -9,6 +9,11 @@ from typing import Any
 
 from fitness import Target
 
+MAX_COUNT = 2**31 - 1  # the most evaluations (a budget, a population, trials) the store's integer columns hold
+MAX_SEED = 2**63 - 1  # seeds the strategies (NumPy, Optuna) and the store take
+MAX_SECONDS = 10 * 365 * 86400.0  # a time or timeout beyond ten years is a typo
+
+
 
 @dataclass(frozen=True)
 class SearchConfig:
@@ -45,6 +50,9 @@ class SearchConfig:
         for name, value in positive.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
+            limit = MAX_SECONDS if name.endswith(("_s", "_factor")) else MAX_COUNT
+            if value > limit:
+                raise ValueError(f"{name} must be at most {limit:.0f}, got {_short(value)}")
         if self.budget is None and self.time_budget_s is None and self.target is None:
             raise ValueError("a search needs a budget, a time budget or a target to stop at")
         if self.target is not None:
@@ -54,8 +62,12 @@ class SearchConfig:
         for name in ("cold_cache", "reuse", "warm_start"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
-            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"seed must be a whole number from 0 to {MAX_SEED}, got {_short(self.seed)}")
+        if self.gate_rounds > 1000:
+            raise ValueError(f"gate_rounds must be at most 1000, got {self.gate_rounds!r}")
+        if self.cache_dir is not None:
+            _writable_folder(self.cache_dir, "cache_dir")
         if self.mission is not None:
             if not isinstance(self.mission, str) or not self.mission or "@" in self.mission:
                 raise ValueError(f"mission must be the name of one of the family's shapes, got {self.mission!r}")
@@ -81,3 +93,35 @@ class SearchConfig:
     def from_dict(cls, values: dict[str, Any]) -> "SearchConfig":
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """A value as an error message echoes it: its repr, cut to ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def _writable_folder(path: Any, name: str) -> None:
+    """A folder evo can create (if need be) and write in, or ValueError naming ``name``."""
+    import contextlib
+    import os
+    import tempfile
+    from pathlib import Path
+
+    if not isinstance(path, str) or not path:
+        raise ValueError(f"{name} must be a folder's path, got {_short(path)}")
+    folder = Path(path).expanduser().absolute()
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)  # tried, then taken back: nothing is left where a search is refused
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".evo-write-test-"):
+            pass
+        writable = os.access(folder, os.W_OK)
+    except OSError as exc:
+        raise ValueError(f"{name} {_short(path)} cannot be written: {exc.strerror or exc}") from None
+    finally:
+        for created in missing:
+            with contextlib.suppress(OSError):
+                created.rmdir()
+    if not writable:
+        raise ValueError(f"{name} {_short(path)} cannot be written")

@@ -54,6 +54,8 @@ def cmd_doctor(args, console: Console) -> int:
         if database.exists():
             database.open(create=False)
             row("database", True, f"{database.description} at schema {database.current_revision()}", True)
+        elif (why := database.cannot_create()) is not None:
+            row("database", False, f"{database.description} cannot be created there: {why}", True)
         else:
             row("database", True, f"{database.description} (will be created)", True)
     except (ValueError, SchemaError) as exc:

@@ -4,7 +4,20 @@ kernel whose knobs are macros, its short spec, an experiment file), searchable a
 
 from __future__ import annotations
 
+import keyword
 from pathlib import Path
+
+MAX_NAME = 64  # a family's name: also its folder's, its files' and its module's
+# names the skeleton's kernel function or its macros cannot take (C, C++ and CUDA keywords and built-in types)
+RESERVED = frozenset('''
+    alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t char32_t class
+    compl concept const consteval constexpr constinit const_cast continue co_await co_return co_yield decltype
+    default delete do double dynamic_cast else enum explicit export extern false float for friend goto if inline
+    int long main mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected public
+    register reinterpret_cast requires restrict return short signed sizeof static static_assert static_cast struct
+    switch template this thread_local throw true try typedef typeid typename union unsigned using virtual void
+    volatile wchar_t while xor xor_eq __global__ __device__ __host__ __shared__ __constant__ dim3 half float2
+    float4 int2 int4 uint size_t torch evo'''.split())
 
 SPEC = '''"""{name}: out = scale * x + y in C++, a skeleton to make your own (see docs/FAMILIES.md).
 
@@ -125,8 +138,13 @@ population = 8
 def new_family(name: str, device: str, where: Path) -> list[Path]:
     """Write the skeleton into ``where/name``; ValueError (nothing written) if ``name`` is not a C
     identifier, the device is not one it can write, or the folder exists."""
+    if len(name) > MAX_NAME:
+        raise ValueError(f"family name {name[:40]!r}... is {len(name)} characters long: at most {MAX_NAME}")
     if not name.isidentifier() or not name.isascii():
         raise ValueError(f"family name {name!r} must be a C identifier (letters, digits, _; not starting with a digit)")
+    if name in RESERVED or keyword.iskeyword(name):
+        raise ValueError(f"family name {name!r} is a C, C++, CUDA or Python keyword (the kernel's function and the "
+                         f"module take the name): choose another")
     if device not in ("cpu", "cuda"):
         raise ValueError(f"--device {device!r}: cpu (a C++ function) or cuda (a CUDA kernel)")
     folder = where / name

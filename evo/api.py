@@ -87,6 +87,10 @@ def new_search(family, *, workload=None, workload_where: str = "the workload", d
     make_strategy(config.strategy, family.space, seed=config.seed, population=config.population,
                   options=config.strategy_options)
     database = database_at(db, must_exist=False)
+    if ray_address is not None:  # before anything is written
+        from fitness import check_ray_address
+
+        check_ray_address(ray_address)
     if family.device == "cuda" and ray_address is None:
         _refuse_a_gpu_family_without_a_gpu(family)
     refuse_a_family_that_does_not_compile(family, config)
@@ -217,8 +221,7 @@ def refuse_a_wrong_anchor(family, workload=None) -> None:
     with tempfile.TemporaryDirectory(prefix="evo-anchor-") as folder:
         wrong = Evaluator(family, EvalConfig(trials=1, workload=workload), Path(folder)).anchor_mismatch()
     if wrong is not None:
-        raise ValueError(f"family {family.name}: {wrong} (what every kernel is compared with must itself be right: "
-                         f"fix its anchor or its reference)")
+        raise ValueError(f"family {family.name}: {wrong}")
 
 
 def _refuse_a_gpu_family_without_a_gpu(family) -> None:

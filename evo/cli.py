@@ -15,9 +15,12 @@ from typing import Sequence
 
 from rich.console import Console
 
+from evo._config import MAX_COUNT
+
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as the shell's own tools end when their reader has gone
 
 
 class BadInput(Exception):
@@ -40,9 +43,16 @@ def hide_passwords(text: str) -> str:
     return _URL_PASSWORD.sub(r"\1***@", text)
 
 
+ERROR_LINE_LIMIT = 600  # a refusal echoing a huge argument is cut to this many characters
+
+
 def error_line(text: str) -> str:
-    """A refusal as one line: passwords hidden, control characters (a newline in an argument) escaped."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in hide_passwords(text))
+    """A refusal as one line: passwords hidden, control characters (a newline in an argument) escaped, cut to
+    ERROR_LINE_LIMIT characters."""
+    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in hide_passwords(text))
+    if len(line) <= ERROR_LINE_LIMIT:
+        return line
+    return f"{line[:ERROR_LINE_LIMIT // 2]} ... {line[-ERROR_LINE_LIMIT // 4:]} ({len(line)} characters, cut)"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,21 +60,33 @@ class _Parser(argparse.ArgumentParser):
         raise BadInput(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
-    return value
+_INTEGER = re.compile(r"[+-]?[0-9]{1,30}")  # ASCII digits only: int() would also take "٣"
 
 
 def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not _INTEGER.fullmatch(text.strip()):
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not an integer (digits 0-9)")
+    return int(text)
+
+
+def _positive_int(text: str) -> int:
+    value = _int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} must be positive")
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is more than the store holds (at most {MAX_COUNT})")
+    return value
+
+
+def _text(text: str) -> str:
+    """A value that may not be empty (an empty --db or --ray-address is not the default)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty value (leave the flag out for its default)")
+    return text
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,23 +125,23 @@ def build_parser() -> argparse.ArgumentParser:
                         "the kernel this many times, all within target (default 10; 0: off)")
     search.add_argument("--experiment", help="TOML experiment file (flags override its values)")
     search.add_argument("--resume", type=_positive_int, metavar="RUN", help="continue a stopped run")
-    search.add_argument("--db", help=db_help)
-    search.add_argument("--ray-address", help="Ray cluster to use (default: start a local one)")
+    search.add_argument("--db", type=_text, help=db_help)
+    search.add_argument("--ray-address", type=_text, help="Ray cluster to use (default: start a local one)")
 
     runs = commands.add_parser("runs", help="list the runs in the database")
-    runs.add_argument("--db", help=db_help)
+    runs.add_argument("--db", type=_text, help=db_help)
 
     show = commands.add_parser("show", help="a run's best individuals and failure counts")
     show.add_argument("run", type=_positive_int)
     show.add_argument("--top", type=_positive_int, default=5)
-    show.add_argument("--db", help=db_help)
+    show.add_argument("--db", type=_text, help=db_help)
 
     lineage = commands.add_parser("lineage", help="how a run's best kernel was found: ancestry, convergence, knobs")
     lineage.add_argument("run", type=_positive_int)
     lineage.add_argument("--format", default="html", help="html (default, one self-contained file), md (+ PNG "
                          "charts beside it), dot (Graphviz) or json")
     lineage.add_argument("--out", help="file to write (default: run-RUN-lineage.FORMAT)")
-    lineage.add_argument("--db", help=db_help)
+    lineage.add_argument("--db", type=_text, help=db_help)
 
     export = commands.add_parser("export", help="a verified kernel, or a workload run's dispatching op, as a "
                                  "standalone package (sources, artifacts, Python module with a torch custom op, "
@@ -128,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--individual", type=_positive_int, help="individual id (default: the run's best; a "
                         "workload run: its op, every shape's fastest kernel or PyTorch)")
     export.add_argument("--out", required=True, help="directory to create (must not exist or be empty)")
-    export.add_argument("--db", help=db_help)
+    export.add_argument("--db", type=_text, help=db_help)
 
     commands.add_parser("families", help="the kernel families and their knobs: built-in, installed, folders here")
 
@@ -141,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--budget", type=_positive_int, default=400, help="evaluations per run (default 400)")
     replay.add_argument("--population", type=_positive_int, default=8)
     replay.add_argument("--mode", default="loop", help="loop (as the search loop asks: a batch ahead) or sync")
-    replay.add_argument("--db", help=db_help)
+    replay.add_argument("--db", type=_text, help=db_help)
 
     new_family = commands.add_parser("new-family", help="write a working family folder to start from (kernel, "
                                      "short spec, experiment file) in the current directory")
@@ -149,16 +171,16 @@ def build_parser() -> argparse.ArgumentParser:
     new_family.add_argument("--device", default="cpu", help="cpu (a C++ function; the default) or cuda (a CUDA kernel)")
 
     doctor = commands.add_parser("doctor", help="check nvcc, GPU, Ray, C++ compiler and the database")
-    doctor.add_argument("--db", help=db_help)
-    doctor.add_argument("--ray-address", help="also join this Ray cluster: its nodes, CPUs, GPUs, and whether evo "
+    doctor.add_argument("--db", type=_text, help=db_help)
+    doctor.add_argument("--ray-address", type=_text, help="also join this Ray cluster: its nodes, CPUs, GPUs, and whether evo "
                         "imports on its workers")
 
     database = commands.add_parser("db", help="database maintenance")
     db_commands = database.add_subparsers(dest="db_command", required=True, parser_class=_Parser)
     upgrade = db_commands.add_parser("upgrade", help="migrate the database to this evo's schema")
-    upgrade.add_argument("--db", help=db_help)
+    upgrade.add_argument("--db", type=_text, help=db_help)
     current = db_commands.add_parser("current", help="print the database's schema revision")
-    current.add_argument("--db", help=db_help)
+    current.add_argument("--db", type=_text, help=db_help)
     return parser
 
 
@@ -192,7 +214,7 @@ def _values_may_start_with_a_dash(parser: argparse.ArgumentParser, argv: Sequenc
 
 def main(argv: Sequence[str] | None = None) -> int:
     # piped or captured: wide enough that tables (per-shape ones too) keep whole names and figures
-    console = Console() if sys.stdout.isatty() else Console(width=200)
+    console = _Console() if sys.stdout.isatty() else _Console(width=200)
     errors = Console(stderr=True)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
@@ -200,7 +222,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(_values_may_start_with_a_dash(parser, sys.argv[1:] if argv is None else argv))
         from evo import commands
 
-        return commands.dispatch(args, console)
+        code = commands.dispatch(args, console)
+        sys.stdout.flush()  # here, where a failure to write it is still ours to tell
+        return code
+    except BrokenPipeError:  # `evo show | head`: the reader has what it wanted
+        _stdout_to_nowhere()
+        return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        if not _output_failed(exc):
+            raise
+        _stdout_to_nowhere()
+        errors.print(f"error: cannot write evo's output: {exc.strerror or exc}", highlight=False, markup=False)
+        return EXIT_BAD_INPUT
     except BadInput as exc:
         errors.print(f"error: {error_line(str(exc))}", highlight=False, markup=False, soft_wrap=True)
         return EXIT_BAD_INPUT
@@ -213,6 +246,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         errors.print("interrupted", highlight=False, markup=False)
         return EXIT_INTERRUPTED
+
+
+def _output_failed(exc: OSError) -> bool:
+    """Whether ``exc`` is standard output failing to take what evo printed (a full disk, /dev/full)."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames and frames[-1].name == "_write_buffer" and "rich" in frames[-1].filename:
+        return True
+    try:
+        sys.stdout.flush()
+        return False
+    except OSError:
+        return True
+
+
+class _Console(Console):
+    """Rich's console, but a reader that went away (`evo show | head`) ends evo as it ends the shell's own tools
+    (rich's own answer is exit 1)."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
+
+
+def _stdout_to_nowhere() -> None:
+    """What is left in standard output's buffer goes nowhere (else Python's exit says it could not flush it)."""
+    import os
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _interrupt(signum, frame) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -53,17 +54,17 @@ def kernel_tuner_space(path: str | Path) -> RecordedSpace:
         with opener(path, "rt") as handle:
             data = json.load(handle)
         keys, values, cache = data["tune_params_keys"], data["tune_params"], data["cache"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path}: not a Kernel Tuner cache file ({type(exc).__name__}: {exc})") from None
-    knobs = [Choice(_name(key), tuple(values[key]), ordered=all(isinstance(v, (int, float)) for v in values[key]))
-             for key in keys]
-    recorded: dict[tuple, float | None] = {}
-    for entry in cache.values():
-        point = tuple(entry[key] for key in keys)
-        time = entry.get("time")
-        recorded[point] = float(time) if isinstance(time, (int, float)) and time == time and time > 0 else None
-    names = [k.name for k in knobs]
-    space = Space(knobs, members=[dict(zip(names, point)) for point in recorded])  # absent ones are invalid
+        knobs = [Choice(_name(key), tuple(values[key]), ordered=all(isinstance(v, (int, float)) for v in values[key]))
+                 for key in keys]
+        recorded: dict[tuple, float | None] = {}
+        for entry in cache.values():
+            point = tuple(entry[key] for key in keys)
+            time = entry.get("time")
+            recorded[point] = float(time) if isinstance(time, (int, float)) and time == time and time > 0 else None
+        names = [k.name for k in knobs]
+        space = Space(knobs, members=[dict(zip(names, point)) for point in recorded])  # absent ones are invalid
+    except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError, zlib.error) as exc:
+        raise ValueError(f"{path}: not a Kernel Tuner cache file ({type(exc).__name__}: {exc})"[:500]) from None
     times = {genome.id: time for genome, time in zip(space.members, recorded.values())}
     return RecordedSpace(path.name.split(".")[0], space, times)
 

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import signal
-import threading
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -21,6 +18,7 @@ from evo._asking import BackgroundAsk
 from evo._config import SearchConfig
 from evo._headline import CONFIRM_ROUNDS, Headline, confirm
 from evo._heartbeat import Heartbeat
+from evo._loop_parts import Setting, default_threads, signals_held
 from evo._outcome import EXIT_BUDGET_EXHAUSTED, EXIT_SPACE_EXHAUSTED, EXIT_TARGET_REACHED, LoopState, SearchOutcome, describe
 from evo._reuse import RunMemory
 from evo._workload_run import WorkloadRun
@@ -38,47 +36,6 @@ class Reporter(Protocol):
     def evaluated(self, state: "LoopState", genome: Genome, result: EvalResult, generation: int) -> None: ...
     def message(self, text: str) -> None: ...
     def finished(self, outcome: SearchOutcome) -> None: ...
-
-
-class _Setting(Mapping):
-    """A setting's values as a family's ``takes`` reads a genome (item access, ``as_dict``), for a constraint:
-    where some knobs are not drawn yet, reading one leaves the constraint undecided as the space expects."""
-
-    def __init__(self, values: Mapping) -> None:
-        self._values = values
-
-    def __getitem__(self, name: str):
-        return self._values[name]
-
-    def __iter__(self):
-        return iter(self._values)
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    def as_dict(self) -> Mapping:
-        return self._values
-
-
-@contextlib.contextmanager
-def _signals_held():
-    """Ctrl-C and SIGTERM wait (in the main thread) while a run's last status is written."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    main = threading.current_thread() is threading.main_thread()
-    if main:
-        signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        if main:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
-
-
-def _default_threads() -> int:
-    """PyTorch's CPU threads in this process (the user's): what a CPU family's anchor is timed with."""
-    import torch
-
-    return torch.get_num_threads()
 
 
 class Search:
@@ -102,7 +59,7 @@ class Search:
         self.asker = BackgroundAsk(self.strategy)  # the loop's asks, in a thread of their own
         self.state = LoopState()
         self.evaluation = EvalConfig(config.trials, config.cold_cache, self.workload,
-                                     threads=self.family.anchor_threads or _default_threads())
+                                     threads=self.family.anchor_threads or default_threads())
         self.memory = RunMemory(store, self.family, self.evaluation, reuse=config.reuse)
         self._individual_ids: dict[str, int] = {}
         self._generation_of: dict[str, int] = {}
@@ -117,7 +74,7 @@ class Search:
         driver owns it now); its stored status is returned (None: no run was written), for the message to say."""
         if self.run_id is None:
             return None
-        with _signals_held():
+        with signals_held():
             with contextlib.suppress(RunLost):
                 if self.store.get_run(self.run_id).status == "running":
                     self.store.update_run(self.run_id, status="interrupted", message="stopped by the user")
@@ -127,7 +84,7 @@ class Search:
         """That a kernel runs the shape the fitness is timed at: the run's space holds no other genome (in a bf16
         workload of flashcore, no classic one), so the strategy never proposes one."""
         family, shape = self.family, self.fitness_shape
-        return Constraint("runs_the_fitness_shape", lambda values: family.takes(_Setting(values), shape),
+        return Constraint("runs_the_fitness_shape", lambda values: family.takes(Setting(values), shape),
                           f"the kernel runs {shape.name}, the shape its fitness is timed at")
 
     # -- entry points -----------------------------------------------------------------------

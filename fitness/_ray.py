@@ -40,11 +40,36 @@ def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
                              f"6379 by default), ray://HOST:PORT or auto")
     host, port = match.group(1).strip("[]"), int(match.group(2))
     try:
-        socket.create_connection((host, port), timeout=timeout_s).close()
+        connection = socket.create_connection((host, port), timeout=timeout_s)
     except OSError as exc:
         raise RayUnavailable(f"nothing answers at Ray address {address!r} ({exc.strerror or exc}): start a cluster "
                              f"there (`ray start --head --port {port}`) or leave --ray-address out to start a local "
                              f"Ray") from None
+    with connection:
+        answer = _grpc_answer(connection) if not os.environ.get("RAY_USE_TLS") else "tls"
+    if answer != "ok":
+        raise RayUnavailable(f"something answers at Ray address {address!r}, but not as a Ray cluster's head does "
+                             f"({answer}): give the head's address (`ray status` there prints it), or leave "
+                             f"--ray-address out to start a local Ray")
+
+
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # + an empty SETTINGS frame
+_HTTP2_SETTINGS = 4  # a frame's type byte
+
+
+def _grpc_answer(connection: socket.socket) -> str:
+    """Ray's head (its GCS, or the Ray client server) speaks gRPC, HTTP/2: to a client's preface it answers
+    with a SETTINGS frame. "ok", or what came back instead (an HTTP/1 server, silence, a closed connection)."""
+    try:
+        connection.sendall(_HTTP2_PREFACE)
+        header = connection.recv(9)
+    except OSError as exc:
+        return f"no HTTP/2 answer: {exc.strerror or exc}"
+    if len(header) >= 4 and header[3] == _HTTP2_SETTINGS:
+        return "ok"
+    if header.startswith(b"HTTP/"):
+        return "an HTTP/1 server"
+    return f"no gRPC answer ({header[:16]!r})" if header else "the connection was closed without an answer"
 
 
 def prepare_to_join() -> None:

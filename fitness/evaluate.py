@@ -347,9 +347,10 @@ class Evaluator:
             try:
                 check = self._verify(shape, lambda inputs: self.anchor_run(shape, inputs), 1)
             except Exception as exc:  # noqa: BLE001 - the family's own code failing is the user's input failing
-                return f"{self._anchor_label} raised at {shape.name}: {type(exc).__name__}: {exc}"
+                return f"{self._anchor_label} could not run {shape.name}: {type(exc).__name__}: {exc}"
             if not check.passed:
-                return f"{self._anchor_label} fails the family's tolerance at {shape.name}: {check.message}"
+                return (f"{self._anchor_label} fails the family's tolerance at {shape.name}: {check.message} (what "
+                        f"every kernel is compared with must itself be right: fix the anchor or the reference)")
         return None
 
     @property

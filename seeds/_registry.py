@@ -146,6 +146,9 @@ def _from_path(reference: str) -> tuple[object, str]:
     if not spec_file.is_file():
         what = f"no {SPEC_FILE} in the folder" if path.is_dir() else "no such file or folder"
         raise ValueError(f"family {reference!r}: {what} ({spec_file})")
+    if spec_file.suffix != ".py":
+        raise ValueError(f"family {reference!r}: {spec_file.name} is not a family (a folder with a {SPEC_FILE}, or a "
+                         f"Python file that defines FAMILY)")
     module_name = "evo_family_" + hashlib.sha1(str(spec_file).encode()).hexdigest()[:12]
     module = sys.modules.get(module_name)
     if module is None:

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from seeds._family import ProblemShape
 
+MAX_SHAPES = 1000  # shapes of one workload: each is verified (and most timed) for every kernel
+
 if TYPE_CHECKING:
     from seeds._family import KernelFamily
 
@@ -104,6 +106,9 @@ def parse_workload(family: "KernelFamily", data: Mapping[str, Any], where: str) 
     entries = data["shapes"]
     if not isinstance(entries, list) or not entries:
         raise ValueError(f"{where}: workload shapes must be a non-empty list of tables")
+    if len(entries) > MAX_SHAPES:
+        raise ValueError(f"{where}: {len(entries)} shapes; a workload takes at most {MAX_SHAPES} (each is verified and "
+                         f"timed for every kernel: weight the shapes that matter, or bucket them)")
     shapes, weights = [], []
     for number, entry in enumerate(entries, 1):
         shape, weight = _parse_entry(family, entry, f"{where}: shape {number}")
@@ -126,7 +131,9 @@ def _parse_entry(family: "KernelFamily", entry: Any, where: str) -> tuple[Proble
         raise ValueError(f"{where}{f' ({name})' if name else ''}: weight must be a number > 0, got {weight!r}")
     dims = {}
     for key, value in entry.items():
-        if isinstance(value, bool):
+        if isinstance(value, bool) and key not in family.flag_dims:
+            raise ValueError(f"{where}: dimension {key!r} must be a whole number, got {value!r}")
+        if isinstance(value, bool):  # a flag (causal = true)
             value = int(value)
         if not isinstance(value, int):
             raise ValueError(f"{where}: dimension {key!r} must be a whole number, got {value!r}")

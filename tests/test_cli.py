@@ -53,6 +53,14 @@ def run_bad(argv, capsys, tmp_path, expected):
     (["frobnicate"], "invalid choice"),
     (["search", "--family", "tests.families.broken:FAMILY", "--budget", "3"],
      "family broken does not build: its seed genome fails ("),
+    # from the audit of issue 50
+    (["search", "--family", "cpu_gemm", "--budget", "\u0663"], "is not an integer (digits 0-9)"),
+    (["search", "--family", "cpu_gemm", "--budget", "99999999999"], "more than the store holds"),
+    (["search", "--family", "cpu_gemm", "--seed", "99999999999999999999999"], "seed must be a whole number from 0"),
+    (["search", "--family", "cpu_gemm", "--seed", "9999999999999999999"], "seed must be a whole number from 0 to"),
+    (["search", "--family", "cpu_gemm", "--db="], "--db: an empty value"),
+    (["search", "--family", "cpu_gemm", "--ray-address="], "--ray-address: an empty value"),
+    (["search", "--family", "cpu_gemm", "x" * 100_000], "characters, cut"),
 ])
 def test_bad_flags(argv, expected, capsys, tmp_path):
     run_bad(argv, capsys, tmp_path, expected)
@@ -69,6 +77,14 @@ def test_bad_flags(argv, expected, capsys, tmp_path):
     ("[search]\nfamily = \"cpu_gemm\"\ntime_budget = \"-5m\"\n", "time_budget"),
     ("[search]\nfamily = \"cpu_gemm\"\nwatchdog_factor = nan\n", "watchdog_factor must be a positive number"),
     ("[search]\nfamily = \"cpu_gemm\"\nwatchdog_factor = 0\n", "watchdog_factor must be a positive number"),
+    ("[search]\nfamily = \"cpu_gemm\"\ncache_dir = \"/proc/evo_cache\"\n", "cache_dir '/proc/evo_cache' cannot be written"),
+    ("[search]\nfamily = \"cpu_gemm\"\nbudget = 3000000000\n", "budget must be at most 2147483647"),
+    ("[search]\nfamily = \"cpu_gemm\"\n[workload]\nname = \"w\"\n[[workload.shapes]]\nm = true\nn = 8\nk = 8\n",
+     "dimension 'm' must be a whole number, got True"),
+    ("[search]\nfamily = \"cpu_gemm\"\n[workload]\nname = \"w\"\n" + "[[workload.shapes]]\nn = 8\nk = 8\n" * 1001,
+     "1001 shapes; a workload takes at most 1000"),
+    ("[search]\nfamily = \"cpu_gemm\"\n[workload]\nname = \"w\"\n[[workload.shapes]]\nm = 1000000\nn = 1000000\n"
+     "k = 1000000\n", "torch.matmul could not run m1000000_n1000000_k1000000"),
 ])
 def test_bad_experiment_files(text, expected, capsys, tmp_path):
     experiment = tmp_path / "bad.toml"
@@ -96,7 +112,7 @@ def test_outdated_database_is_refused_with_the_upgrade_hint(capsys, tmp_path):
     db = tmp_path / "old.db"
     database = Database(resolve_url(str(db))).open()
     with database.engine.begin() as connection:
-        connection.exec_driver_sql("UPDATE alembic_version SET version_num = '0000old'")
+        connection.exec_driver_sql("UPDATE alembic_version SET version_num = '0006'")
     assert main(["runs", "--db", str(db)]) == 2
     assert "evo db upgrade" in capsys.readouterr().err
 
@@ -206,3 +222,86 @@ def test_lineage_of_a_missing_run_or_into_a_directory_is_refused(capsys, tmp_pat
     assert main(["lineage", "1", "--db", str(db), "--out", str(tmp_path)]) == 2
     assert "is a directory" in capsys.readouterr().err
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_file_that_is_not_a_family_a_long_or_reserved_name_a_corrupt_replay_file(capsys, tmp_path, monkeypatch):
+    import gzip
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("hello")
+    run_bad(["search", "--family", "./notes.txt", "--budget", "2"], capsys, tmp_path, "notes.txt is not a family")
+    run_bad(["new-family", "a" * 300], capsys, tmp_path, "is 300 characters long: at most 64")
+    run_bad(["new-family", "int"], capsys, tmp_path, "is a C, C++, CUDA or Python keyword")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+    (tmp_path / "cut.json.gz").write_bytes(gzip.compress(b'{"tune_params_keys": ["a"]')[:20])
+    run_bad(["replay", "cut.json.gz"], capsys, tmp_path, "not a Kernel Tuner cache file (EOFError")
+    (tmp_path / "odd.json.gz").write_bytes(gzip.compress(b'{"tune_params_keys": ["a"], "tune_params": {"a": [1]}, '
+                                                         b'"cache": {"1": {"time": 1}}}'))
+    run_bad(["replay", "odd.json.gz"], capsys, tmp_path, "not a Kernel Tuner cache file (KeyError")
+
+
+def test_a_ray_address_where_another_service_answers_is_refused_at_once(capsys, tmp_path):
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:  # the server's own log would be on this process's stderr
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        run_bad(["search", "--family", "cpu_gemm", "--budget", "2", "--ray-address",
+                 f"127.0.0.1:{server.server_address[1]}"], capsys, tmp_path, "but not as a Ray cluster's head does")
+    finally:
+        server.shutdown()
+
+
+def test_a_database_from_a_newer_evo_and_a_malformed_one_are_refused_untouched(capsys, tmp_path):
+    import sqlite3
+
+    from db import Database, resolve_url
+
+    from db import Store
+
+    newer = tmp_path / "newer.db"
+    database = Database(resolve_url(str(newer))).open()
+    for _ in range(20):
+        Store(database).create_run(family="cpu_gemm", strategy="random", target=None, seed=0, config={"x": "y" * 500})
+    database.engine.dispose()
+    connection = sqlite3.connect(newer)
+    connection.execute("UPDATE alembic_version SET version_num = '0999'")
+    connection.commit()
+    connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # all of it in the file itself
+    connection.close()
+    for argv in (["db", "upgrade", "--db", str(newer)], ["runs", "--db", str(newer)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "written by a newer evo (schema revision 0999" in err[0], err
+    malformed = tmp_path / "malformed.db"
+    data = bytearray(newer.read_bytes())
+    for index in range(4096, len(data), 7):  # every page after the first garbled
+        data[index] = 0x5A
+    malformed.write_bytes(bytes(data))
+    for argv in (["runs"], ["show", "1"], ["search", "--family", "cpu_gemm", "--budget", "2"]):
+        assert main([*argv, "--db", str(malformed)]) == 2
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1
+        assert sorted(p.name for p in tmp_path.glob("malformed*")) == ["malformed.db"]
+
+
+def test_output_that_cannot_be_written_is_one_line_and_a_reader_that_leaves_is_quiet(tmp_path):
+    import subprocess
+    import sys
+
+    db = tmp_path / "evo.db"
+    from db import Database, Store, resolve_url
+
+    store = Store(Database(resolve_url(str(db))).open())
+    store.create_run(family="cpu_gemm", strategy="random", target=None, seed=0, config={})
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "evo", "runs", "--db", str(db)], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.strip() == "error: cannot write evo's output: No space left on device"
+    shell = subprocess.run(f"{sys.executable} -m evo runs --db {db} | head -c 10; exit ${{PIPESTATUS[0]}}",
+                           shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=120)
+    assert shell.returncode in (0, 141) and shell.stderr == "", shell.stderr

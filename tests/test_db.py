@@ -44,7 +44,7 @@ def test_downgrade_and_upgrade_round_trip(database_url):
 def test_outdated_schema_is_refused_with_the_upgrade_command(database_url):
     database = Database(resolve_url(database_url)).open()
     with database.engine.begin() as connection:
-        connection.exec_driver_sql("UPDATE alembic_version SET version_num = '0000old'")
+        connection.exec_driver_sql("UPDATE alembic_version SET version_num = '0006'")
     database.dispose()
     with pytest.raises(SchemaError, match="evo db upgrade"):
         Database(resolve_url(database_url)).open()
