@@ -157,7 +157,7 @@ class _ShortSpec(RuntimeFamily):
     def build_recipe(self, genome) -> BuildRecipe:
         macros = tuple(f"-D{name}={value}" for name, value in knob_names(genome.as_dict()).items())
         return BuildRecipe(self.source_path.read_text(), self.source_path.name, self.compiler, self.flags + macros,
-                           self.output_kind)
+                           self.output_kind, origin=self.source_path)
 
     def export_runtime(self) -> str:
         return runtime_module(self.name, self.export_description())

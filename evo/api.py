@@ -93,8 +93,7 @@ def new_search(family, *, workload=None, workload_where: str = "the workload", d
         check_ray_address(ray_address)
     if family.device == "cuda" and ray_address is None:
         _refuse_a_gpu_family_without_a_gpu(family)
-    refuse_a_family_that_does_not_compile(family, config)
-    refuse_a_wrong_anchor(family, workload)
+    preflight(family, config, workload)
     return Search(config, open_store(database), reporter or SilentReporter(), ray_address=ray_address)
 
 
@@ -204,6 +203,21 @@ def refuse_a_family_that_does_not_compile(family, config: SearchConfig) -> None:
             return
         failures.append(build.message)
     raise ValueError(f"family {family.name} does not build: its seed genome fails ({failures[0]})")
+
+
+def preflight(family, config: SearchConfig, workload=None) -> None:
+    """A family's own mistakes, each one line (a ValueError), before a run is written (evo/_preflight.py): seeds
+    that break the constraints or an empty space; seeds that do not compile; a family of the user's own: a
+    reference that raises, an output of the wrong shape, a build that does not load, a launch that raises or
+    crashes; an anchor that disagrees with the reference."""
+    from evo._preflight import check_in_a_process_of_its_own, check_space, is_builtin
+    from fitness import default_cache_dir
+
+    check_space(family)
+    refuse_a_family_that_does_not_compile(family, config)
+    if not is_builtin(family):
+        check_in_a_process_of_its_own(family, Path(config.cache_dir) if config.cache_dir else default_cache_dir())
+    refuse_a_wrong_anchor(family, workload)
 
 
 def refuse_a_wrong_anchor(family, workload=None) -> None:

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from db import Store
 from fitness import BuildConfig, Builder, Status, _flush, _queued, format_seconds
-from fitness.build import ARTIFACT_SUFFIX, compiler_version, default_cache_dir
+from fitness.build import ARTIFACT_SUFFIX, compiler_version, default_cache_dir, expand_macros_in_pragmas
 
 SELFCHECK = Path(__file__).with_name("_selfcheck.py")
 OP_TEMPLATE = Path(__file__).with_name("_templates") / "op.py.in"  # one op module for every family
@@ -202,7 +202,8 @@ def _baked_source(recipe, header: str) -> tuple[str, list[str]]:
             defines.append(f"#define {name} {value or 1}")
         else:
             flags.append(flag)
-    return header + "\n".join(defines) + "\n\n" + recipe.source, flags
+    # the build wrote the macros out in #pragma lines (compilers leave them unexpanded there): so does the package
+    return header + "\n".join(defines) + "\n\n" + expand_macros_in_pragmas(recipe.source, recipe.flags), flags
 
 
 def _write_package(family, run, module_name: str, kernels: list[_Kernel], dispatch: dict, metadata: dict,

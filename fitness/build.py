@@ -167,7 +167,7 @@ class Builder:
                 returncode, log = _run_with_timeout(command, self.config.timeout_s, cwd=work)
             except FileNotFoundError:
                 return Status.COMPILE_ERROR, f"compiler not found: {command[0]}", None, ""
-            log = (" ".join(command) + "\n" + log)[:LOG_LIMIT]
+            log = (" ".join(command) + "\n" + _named_as_yours(log, source, recipe))[:LOG_LIMIT]
             if returncode is None:
                 return (Status.COMPILE_TIMEOUT, f"compiler still running after {self.config.timeout_s:g} s",
                         None, log)
@@ -198,6 +198,12 @@ def _run_with_timeout(command: list[str], timeout_s: float, cwd: Path) -> tuple[
         os.killpg(process.pid, signal.SIGKILL)
         out, _ = process.communicate()
         return None, out
+
+
+def _named_as_yours(log: str, scratch: Path, recipe: BuildRecipe) -> str:
+    """The compiler's words with the build's scratch copy of the source named as the family's own file (its
+    lines are the same lines: only #pragma lines had their macros written out)."""
+    return log.replace(str(scratch), str(recipe.origin or recipe.source_name))
 
 
 def _first_error(log: str, returncode: int) -> str:

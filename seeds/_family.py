@@ -58,6 +58,9 @@ class BuildRecipe:
     flags: tuple[str, ...]
     output: Literal["shared_library", "cubin"]
     include_dirs: tuple[Path, ...] = field(default=())
+    # the file the source was read from, where it is one (a short spec's): compile errors name it, not the
+    # build's scratch copy; not part of what is built (the cache key)
+    origin: Path | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

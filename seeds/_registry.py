@@ -201,3 +201,18 @@ def _shipped(path: Path) -> Path | None:
         if (candidate / SPEC_FILE).is_file():
             return candidate
     return None
+
+
+def family_file(family: KernelFamily) -> Path | None:
+    """The file that defines ``family`` (a folder's spec.py, a module's file, a built-in's spec), for messages."""
+    reference = family.reference_key.rpartition("@")[0] if "@" in family.reference_key else family.reference_key
+    location, _ = _split_attribute(reference)
+    if is_path_reference(reference):
+        path = Path(location)
+        return path / SPEC_FILE if path.is_dir() else path
+    module = location if ":" in reference else f"seeds.{reference}.spec"
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    return Path(found.origin) if found is not None and found.origin else None

@@ -1,4 +1,5 @@
 import importlib.util
+import sys
 import os
 import shutil
 import tempfile
@@ -21,7 +22,11 @@ def repository_module():
         path = REPOSITORY / relative
         spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        sys.modules[spec.name] = module  # as an import would: dataclasses look their module up there
+        try:
+            spec.loader.exec_module(module)
+        finally:
+            del sys.modules[spec.name]
         return module
 
     return load

@@ -30,7 +30,7 @@ def recorded_pass(genome, shapes) -> EvalResult:
 
 def export_stored(family, genome, result: EvalResult, tmp_path: Path) -> Path:
     """``result`` stored for ``genome`` as run 1 of a fresh database, and `evo export 1` of it: the package's folder."""
-    store_evaluation(tmp_path / "evo.db", family.name, genome, result)
+    store_evaluation(tmp_path / "evo.db", family.reference_key, genome, result)
     out = tmp_path / "exported"
     assert main(["export", "1", "--db", str(tmp_path / "evo.db"), "--out", str(out)]) == 0
     return out

@@ -84,7 +84,7 @@ def test_bad_flags(argv, expected, capsys, tmp_path):
     ("[search]\nfamily = \"cpu_gemm\"\n[workload]\nname = \"w\"\n" + "[[workload.shapes]]\nn = 8\nk = 8\n" * 1001,
      "1001 shapes; a workload takes at most 1000"),
     ("[search]\nfamily = \"cpu_gemm\"\n[workload]\nname = \"w\"\n[[workload.shapes]]\nm = 1000000\nn = 1000000\n"
-     "k = 1000000\n", "torch.matmul could not run m1000000_n1000000_k1000000"),
+     "k = 1000000\n", "the anchor (torch.matmul) could not run m1000000_n1000000_k1000000"),
 ])
 def test_bad_experiment_files(text, expected, capsys, tmp_path):
     experiment = tmp_path / "bad.toml"

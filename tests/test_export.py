@@ -114,3 +114,32 @@ def test_a_runtime_without_the_ops_public_function_is_refused_in_one_line(tmp_pa
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "its runtime lacks PUBLIC, SCHEMA, compute, fake, call_with, USAGE" in err, err
     assert not (tmp_path / "op").exists()
+
+
+def _scaffold(tmp_path, device, monkeypatch):
+    """`evo new-family` of ``device`` (cpu or cuda), as a user writes it, loaded by its folder's path."""
+    folder = tmp_path / f"scaffold_{device}"
+    folder.mkdir()
+    with monkeypatch.context() as here:
+        here.chdir(folder)
+        assert main(["new-family", f"my{device}", "--device", device]) == 0
+    return get_family(str(folder / f"my{device}"))
+
+
+@pytest.mark.parametrize("name", ["cpu_gemm", "flashcore", "vit_gemm", "nvfp4_gemm", "scaffold_cpu", "scaffold_cuda"])
+def test_every_familys_exported_build_sh_builds_what_the_search_built(tmp_path, name, monkeypatch):
+    """What the build saw is what build.sh builds: the knobs written out as #defines, and in #pragma lines (where
+    compilers leave macros unexpanded: the scaffolds' `#pragma GCC unroll UNROLL`); nvcc compiles only."""
+    import shutil
+
+    from tests.exporting import assert_rebuilds, export_stored, recorded_pass
+
+    family = _scaffold(tmp_path, name.split("_")[1], monkeypatch) if name.startswith("scaffold") else get_family(name)
+    needs = "nvcc" if family.device == "cuda" else "c++"
+    if shutil.which(needs) is None:
+        pytest.skip(f"no {needs} here")
+    genome = family.seed_genomes[0]
+    out = export_stored(family, genome, recorded_pass(genome, family.shapes), tmp_path)
+    source = next(out.glob("kernel*.c*"))
+    assert "#pragma unroll UNROLL" not in source.read_text() and "#pragma GCC unroll UNROLL" not in source.read_text()
+    assert_rebuilds(out)

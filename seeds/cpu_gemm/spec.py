@@ -86,7 +86,7 @@ class CpuGemm(RuntimeFamily):
         flags = ("-O3", "-march=native", "-std=c++17", "-fopenmp", "-fPIC", "-shared") + tuple(
             f"-D{k}={v}" for k, v in sorted(macros.items())
         )
-        return BuildRecipe(SOURCE.read_text(), SOURCE.name, "c++", flags, "shared_library")
+        return BuildRecipe(SOURCE.read_text(), SOURCE.name, "c++", flags, "shared_library", origin=SOURCE)
 
     def flops(self, shape: ProblemShape) -> float:
         return 2.0 * shape["m"] * shape["n"] * shape["k"]
