@@ -20,7 +20,7 @@ from db.session import Database
 from fitness.records import EvalResult, GateResult, Status, to_jsonable
 
 RUN_STATUSES = ("running", "target_reached", "budget_exhausted", "time_exhausted", "space_exhausted",
-                "interrupted", "failed")
+                "all_failed", "interrupted", "failed")
 HEARTBEAT_S = 10.0  # a running search's driver says it is alive this often
 HEARTBEAT_STALE_S = 60.0  # a run not heard from for this long has lost its driver
 
@@ -57,6 +57,7 @@ class HistoryEntry:
     origin: str
     status: str | None
     fitness_s: float | None
+    message: str | None = None  # the evaluation's (why it failed)
 
 
 @dataclass(frozen=True)
@@ -236,10 +237,10 @@ class Store:
     def history(self, run_id: int) -> list[HistoryEntry]:
         with self.database.session() as s:
             rows = s.execute(
-                select(Individual, Evaluation.status, Evaluation.fitness_s)
+                select(Individual, Evaluation.status, Evaluation.fitness_s, Evaluation.message)
                 .outerjoin(Evaluation).where(Individual.run_id == run_id).order_by(Individual.id)).all()
-            return [HistoryEntry(i.id, i.genome_id, i.genome, i.generation, i.origin, status, fit)
-                    for i, status, fit in rows]
+            return [HistoryEntry(i.id, i.genome_id, i.genome, i.generation, i.origin, status, fit, message)
+                    for i, status, fit, message in rows]
 
     def lineage(self, run_id: int) -> list[tuple[int, int, str, list]]:
         with self.database.session() as s:

@@ -7,6 +7,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from evo._causes import Causes
 from evo._headline import Headline
 from evo.dispatch import DispatchTable
 from fitness import format_seconds
@@ -15,6 +16,7 @@ from kernel_genome import Genome
 EXIT_TARGET_REACHED = 0  # also: the budget ran out and no target had been set
 EXIT_BUDGET_EXHAUSTED = 3
 EXIT_SPACE_EXHAUSTED = 4
+EXIT_ALL_FAILED = 5  # the first evaluations all failed the same way (evo/_causes.py): the family, not a genome
 EXIT_INTERRUPTED = 130
 
 
@@ -39,6 +41,7 @@ class SearchOutcome:
     busy: float | None = None  # the share of their time they spent evaluating (and gating)
     reused: int = 0  # evaluations that reused an earlier run's measurement (no build, no GPU time)
     headline: Headline | None = None  # the kernel against the anchor, timed in turns at the end (no workload)
+    causes: str = ""  # the first distinct failure causes, each with a genome (evo/_causes.py)
 
 
 def status_counts(statuses: dict) -> str:
@@ -63,6 +66,7 @@ class LoopState:
     workload_progress: str = ""  # a workload run's per-shape standing
     evaluated_now: int = 0  # evaluations finished in this process (a resumed run's stored ones left out)
     unsteady: set = field(default_factory=set)  # genomes whose timing at the fitness shape (or the anchor's) stayed unsteady
+    causes: Causes = field(default_factory=Causes)  # why evaluations failed, each distinct cause once
 
     @property
     def best_unsteady(self) -> bool:
@@ -79,4 +83,8 @@ def describe(outcome: SearchOutcome) -> str:
         text += f"; {outcome.dispatch.summary()}"
     if outcome.headline is not None:
         text += f"; speedup over the anchor {outcome.headline.text()}"
+    if outcome.status == "all_failed":
+        text = f"stopped: the first {outcome.evaluations} evaluations all failed the same way: {outcome.causes}"
+    elif outcome.causes:
+        text += f"; failures: {outcome.causes}"
     return text

@@ -154,6 +154,10 @@ class _ShortSpec(RuntimeFamily):
         return next(a for a in self.args if isinstance(a, Tensor) and a.output)
 
     # -- what evo calls -----------------------------------------------------------------------------
+    def code_files(self) -> tuple[Path, ...]:
+        """Also the runtime every short spec runs on (evo/_spec_runtime.py)."""
+        return tuple(sorted({*super().code_files(), Path(_spec_runtime_file()).resolve()}))
+
     def build_recipe(self, genome) -> BuildRecipe:
         macros = tuple(f"-D{name}={value}" for name, value in knob_names(genome.as_dict()).items())
         return BuildRecipe(self.source_path.read_text(), self.source_path.name, self.compiler, self.flags + macros,
@@ -216,3 +220,9 @@ def _spec_folder() -> Path:
 
 def _predicate(text: str):
     return lambda values: bool(evaluate(text, values))
+
+
+def _spec_runtime_file() -> str:
+    from evo import _spec_runtime
+
+    return _spec_runtime.__file__

@@ -165,6 +165,9 @@ def refuse_a_run_that_cannot_go_on(run, limits: dict) -> None:
     if run.status == "running" and not run.driver_died():
         raise ValueError(f"run {run.id} is running in process {run.pid} on {run.host} (heard from {run.heard_s():.0f} s "
                          f"ago): stop it there first (Ctrl-C), or wait for it")
+    if run.status == "all_failed":
+        raise ValueError(f"run {run.id} stopped because its first evaluations all failed the same way (`evo show "
+                         f"{run.id}` says how): fix the family and start a new search")
     if run.status in ("target_reached", "space_exhausted"):
         raise ValueError(f"run {run.id} ended with {run.status.replace('_', ' ')}: there is nothing left to resume "
                          f"(start a new search)")
@@ -235,7 +238,9 @@ def refuse_a_wrong_anchor(family, workload=None) -> None:
     with tempfile.TemporaryDirectory(prefix="evo-anchor-") as folder:
         wrong = Evaluator(family, EvalConfig(trials=1, workload=workload), Path(folder)).anchor_mismatch()
     if wrong is not None:
-        raise ValueError(f"family {family.name}: {wrong}")
+        from evo._preflight import where
+
+        raise ValueError(f"{where(family)}: {wrong}")
 
 
 def _refuse_a_gpu_family_without_a_gpu(family) -> None:

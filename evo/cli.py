@@ -1,8 +1,9 @@
 """The ``evo`` command. Parses and validates input, prints, sets exit codes.
 
-Exit codes: 0 target reached (or the budget ran out and no target was set); 1 internal error;
-2 bad input (nothing written); 3 budget or time budget exhausted before the target;
-4 the search space ran out of new genomes before the target; 130 interrupted (Ctrl-C, SIGTERM).
+Exit codes: 0 target reached (or the budget ran out and no target was set); 1 internal error, a database
+that failed, or a run another driver took over; 2 bad input (nothing written); 3 budget or time budget
+exhausted before the target; 4 the search space ran out of new genomes; 5 the first evaluations all failed
+the same way; 130 interrupted (Ctrl-C, SIGTERM); 141 the reader of the output went away.
 """
 
 from __future__ import annotations
@@ -153,6 +154,13 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--db", type=_text, help=db_help)
 
     commands.add_parser("families", help="the kernel families and their knobs: built-in, installed, folders here")
+
+    check = commands.add_parser("check", help="a family's pre-flight, and the build and screen (ptxas -v) of its seed "
+                                "and a sample of its space, no GPU needed: registers, shared memory, spills, compile errors")
+    check.add_argument("family", help="a family's name, folder, spec file or module:ATTRIBUTE")
+    check.add_argument("--sample", type=_positive_int, help="genomes drawn at random beside the seed (default 8)")
+    check.add_argument("--all", action="store_true", help="every genome of the space")
+    check.add_argument("--cache-dir", type=_text, help="the build cache (default: evo's)")
 
     replay = commands.add_parser("replay", help="run strategies against recorded measurements (a Kernel Tuner cache "
                                  "file, or an evo run), without a GPU: evaluations to within 1%% and 5%% of the best")

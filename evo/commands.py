@@ -13,6 +13,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from db import Database, RunLost, SchemaError, Store
 from evo.api import database_at, open_store
 from evo.cli import BadInput, Failed, Interrupted
+from evo._causes import Causes
 from evo._config import SearchConfig
 from evo._views import gate_line, mission_anchor, run_dispatch_table, unsteady_at_fitness_shape
 from evo.experiment import load_experiment, parse_duration
@@ -20,11 +21,12 @@ from fitness import format_seconds
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> int:
+    from evo._check import cmd_check
     from evo._doctor import cmd_doctor
 
     handlers = {"search": cmd_search, "runs": cmd_runs, "show": cmd_show, "lineage": cmd_lineage,
                 "export": cmd_export, "families": cmd_families, "doctor": cmd_doctor, "db": cmd_db,
-                "new-family": cmd_new_family, "replay": cmd_replay}
+                "new-family": cmd_new_family, "replay": cmd_replay, "check": cmd_check}
     return handlers[args.command](args, console)
 
 
@@ -209,6 +211,11 @@ def cmd_show(args, console: Console) -> int:
     counts = store.failure_counts(run.id)
     console.print("statuses: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none yet"),
                   highlight=False)
+    causes = Causes()
+    for row in store.evaluations(run.id):
+        causes.add(row.status, row.message, row.genome_id)
+    for cause in causes.first():
+        console.print(f"failed: {cause.text()}", highlight=False, soft_wrap=True)
     table = run_dispatch_table(store, run)
     if table is not None:
         from evo.progress import dispatch_table_view
@@ -268,7 +275,7 @@ def cmd_families(args, console: Console) -> int:
     from seeds._registry import family_folders, installed_families
 
     found = [(name, "built-in") for name in family_names()]
-    found += [(name, f"installed: {target}") for name, target in sorted(installed_families().items())]
+    found += [(target, f"installed as {key}") for key, target in sorted(installed_families().items())]
     found += [(f"./{folder.name}", "folder here") for folder in family_folders(Path.cwd())]
     for name, kind in found:
         try:
@@ -276,7 +283,8 @@ def cmd_families(args, console: Console) -> int:
         except ValueError as exc:  # a broken family here is reported, and the others still listed
             console.print(f"{name} ({kind}): cannot be loaded: {exc}", highlight=False, markup=False)
             continue
-        table = Table(title=f"{name} ({kind}, {family.device}): {family.description}; anchor {family.anchor_name}")
+        shown = family.name if kind != "folder here" else name  # an installed one by its own name, as search takes it
+        table = Table(title=f"{shown} ({kind}, {family.device}): {family.description}; anchor {family.anchor_name}")
         table.add_column("knob")
         table.add_column("domain")
         table.add_column("meaning")

@@ -62,12 +62,14 @@ class ConsoleReporter:
         """One finished evaluation; ``generation`` is the genome's own (as stored), not the newest bred."""
         done = f"{state.evaluations}" + (f"/{self.budget}" if self.budget else "")
         if self._live is not None:
+            first = state.causes.first(1)
             self._live.update(Text(f"newest generation {state.generation}  evaluations {done} ({status_counts(state.statuses)})  "
-                                   + _best_line(state)))
+                                   + _best_line(state) + (f"\nfirst failure: {first[0].text(100)}" if first else "")))
             return
         outcome = format_seconds(result.fitness_s) if result.fitness_s is not None else result.status.value
         reused = " (reused)" if result.reused_from is not None else ""
-        self.console.print(f"[{done}] gen {generation} {genome.id} {outcome:>13}{reused}  " + _best_line(state),
+        why = f"  ({' '.join(result.message.split())[:120]})" if result.status.failed and result.message else ""
+        self.console.print(f"[{done}] gen {generation} {genome.id} {outcome:>13}{reused}  " + _best_line(state) + why,
                            highlight=False, markup=False, soft_wrap=True)
 
     def message(self, text: str) -> None:
@@ -82,6 +84,9 @@ class ConsoleReporter:
         table = Table(title=f"run {outcome.run_id}: {outcome.status.replace('_', ' ')}", show_header=False)
         reused = f"; {outcome.reused} reused from earlier runs" if outcome.reused else ""
         table.add_row("evaluations", f"{outcome.evaluations} ({status_counts(outcome.statuses) or 'none'}{reused})")
+        if outcome.causes:
+            table.add_row("failures" if outcome.status != "all_failed" else "stopped: every evaluation failed so",
+                          outcome.causes)
         if outcome.wall_s > 0 and outcome.evaluators:
             table.add_row("pace", f"{60 * outcome.evaluated_now / outcome.wall_s:.0f} evaluations a minute; "
                           f"{outcome.evaluators} evaluator(s), busy {outcome.busy:.0%} of the time")

@@ -19,7 +19,8 @@ from evo._config import SearchConfig
 from evo._headline import CONFIRM_ROUNDS, Headline, confirm
 from evo._heartbeat import Heartbeat
 from evo._loop_parts import Setting, default_threads, signals_held
-from evo._outcome import EXIT_BUDGET_EXHAUSTED, EXIT_SPACE_EXHAUSTED, EXIT_TARGET_REACHED, LoopState, SearchOutcome, describe
+from evo._outcome import (EXIT_ALL_FAILED, EXIT_BUDGET_EXHAUSTED, EXIT_SPACE_EXHAUSTED, EXIT_TARGET_REACHED, LoopState,
+                          SearchOutcome, describe)
 from evo._reuse import RunMemory
 from evo._workload_run import WorkloadRun
 from evo.strategies import Observation, Proposal, Strategy, make_strategy
@@ -125,7 +126,7 @@ class Search:
             else:
                 finished.append(Observation(genome, entry.generation, entry.status, entry.fitness_s,
                                             shape_times.get(genome.id, {})))
-                self._tally(genome, entry.status, entry.fitness_s)
+                self._tally(genome, entry.status, entry.fitness_s, entry.message)
         self.strategy.restore(finished, pending)
         for gate, individual in self.store.gates(run_id):
             if gate.target_s is None:  # a workload winner's confirmation, not a gate of the target
@@ -212,10 +213,10 @@ class Search:
                     # a result meets the target whenever it comes: also one still on its way once the budget
                     # is all submitted, or the last of a space
                     self._gate_best_qualifier(run_id, pipeline)
-                    stop_reason = "target_reached" if self._target_reached() else stop_reason
+                    stop_reason = self._stop_reason() if self._target_reached() or self._all_failing() else stop_reason
                 strategy_dry = strategy_dry and not finished
                 stop_reason = stop_reason or self._stop_reason()
-                if stop_reason in ("time_exhausted", "target_reached"):
+                if stop_reason in ("time_exhausted", "target_reached", "all_failed"):
                     # what is still on its way stays unevaluated (after a time budget --resume finishes it): once
                     # a kernel has met the target through the gate, timing more only spends the GPU
                     return stop_reason
@@ -238,11 +239,17 @@ class Search:
     def _stop_reason(self) -> str | None:
         if self._target_reached():
             return "target_reached"
+        if self._all_failing():
+            return "all_failed"
         if self.config.time_budget_s is not None and time.monotonic() - self.state.started >= self.config.time_budget_s:
             return "time_exhausted"
         if not self._budget_left():
             return "budget_exhausted"
         return None
+
+    def _all_failing(self) -> bool:
+        """The first evaluations all failed one way (evo/_causes.py): the family's fault, not a genome's."""
+        return self.state.causes.all_one_way(self.config.budget) is not None
 
     def _budget_left(self) -> int:
         if self.config.budget is None:
@@ -370,7 +377,7 @@ class Search:
             self.state.unsteady.add(genome.id)
         self.asker.tell([Observation(genome, self._generation_of[genome.id], result.status.value, result.fitness_s,
                                      shape_times)])
-        self._tally(genome, result.status.value, None if result.status.failed else result.fitness_s)
+        self._tally(genome, result.status.value, None if result.status.failed else result.fitness_s, result.message)
         if self.shapes is not None:
             self.state.workload_progress = self.shapes.progress()
         self.reporter.evaluated(self.state, genome, result, self._generation_of[genome.id])
@@ -385,10 +392,12 @@ class Search:
         info = {k: v for k, v in hardware.items() if k != "anchor"}
         self.store.update_run(run_id, hardware=info, anchor=anchor, target_seconds=self.state.target_s)
 
-    def _tally(self, genome: Genome, status: str, fitness_s: float | None) -> None:
-        """One evaluated genome in the loop's state: counted by status, and kept if it has a time (ok)."""
+    def _tally(self, genome: Genome, status: str, fitness_s: float | None, message: str | None = None) -> None:
+        """One evaluated genome in the loop's state: counted by status and failure cause, and kept if it has a
+        time (ok)."""
         self.state.evaluations += 1
         self.state.statuses[status] += 1
+        self.state.causes.add(status, message, genome.id)
         if fitness_s is None:
             return
         self._correct.append((fitness_s, genome))
@@ -396,12 +405,12 @@ class Search:
             self.state.best_fitness_s, self.state.best_genome = fitness_s, genome
 
     def _outcome(self, run_id: int, status: str) -> SearchOutcome:
-        exit_code = {"target_reached": EXIT_TARGET_REACHED, "space_exhausted": EXIT_SPACE_EXHAUSTED}.get(
-            status, EXIT_BUDGET_EXHAUSTED)
+        exit_code = {"target_reached": EXIT_TARGET_REACHED, "space_exhausted": EXIT_SPACE_EXHAUSTED,
+                     "all_failed": EXIT_ALL_FAILED}.get(status, EXIT_BUDGET_EXHAUSTED)
         if self.target is None and status in ("budget_exhausted", "time_exhausted"):
             exit_code = EXIT_TARGET_REACHED
         s = self.state
         gated, gate_times = self._gate_winner or (None, ())
         return SearchOutcome(run_id, status, exit_code, s.evaluations, s.best_genome,
                              s.best_fitness_s, s.target_s, s.anchor_s, time.monotonic() - s.started, gated, gate_times,
-                             dict(s.statuses), best_unsteady=s.best_unsteady)
+                             dict(s.statuses), best_unsteady=s.best_unsteady, causes=s.causes.text())

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 Device = Literal["cpu", "cuda"]
 
 
+CODE_SUFFIXES = frozenset({".py", ".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".inl", ".toml"})
+_CATALOGUE = Path(__file__).resolve().parent  # seeds/: its shared helpers count for every built-in family
+
 @dataclass(frozen=True)
 class ProblemShape:
     """One problem size of a family, e.g. ``ProblemShape("mission", (("m", 256), ...))``."""
@@ -122,6 +125,24 @@ class KernelFamily(abc.ABC):
     # a CPU family: the threads PyTorch (the anchor) runs with while timed; None: torch's default in the process
     # that started the search, as the user's own process would have them (the self-check sets the same)
     anchor_threads: int | None = None
+
+    def code_files(self) -> tuple[Path, ...]:
+        """Every file whose content can change this family's verdicts and times (measurement reuse is keyed on
+        them): the file that defines its class, the sources of the folder it was found in (its spec, runtime,
+        kernels, workload files), and the catalogue's shared helpers (seeds/_*.py, *.cuh)."""
+        import inspect
+
+        from seeds._registry import family_file
+
+        files = {Path(inspect.getfile(type(self))).resolve()}
+        found = family_file(self)
+        walks = [_CATALOGUE.glob("*")]
+        if found is not None:
+            walks.append(found.resolve().parent.rglob("*"))
+        for walk in walks:
+            files.update(path for path in walk if path.suffix in CODE_SUFFIXES and path.is_file()
+                         and "__pycache__" not in path.parts)
+        return tuple(sorted(files))
 
     @property
     def reference_key(self) -> str:

@@ -44,6 +44,23 @@ def installed_families() -> dict[str, str]:
     return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
 
+def installed_by_name(name: str) -> str | None:
+    """The ``module:ATTRIBUTE`` of the one installed family whose own name is ``name`` (its entry point may be
+    called otherwise), None where none is; two of one name (or one named as a built-in) are refused."""
+    targets = []
+    for key, target in sorted(installed_families().items()):
+        try:
+            if getattr(get_family(target), "name", None) == name:
+                targets.append(f"{key} = {target}")
+        except ValueError:
+            continue  # a broken one is reported where it is named
+    if len(targets) > 1 or (targets and name in family_names()):
+        also = " and the built-in family" if name in family_names() else ""
+        raise ValueError(f"family name {name!r} is taken by {len(targets)} installed families ({'; '.join(targets)})"
+                         f"{also}: name the one you mean as module:ATTRIBUTE")
+    return targets[0].split(" = ", 1)[1] if targets else None
+
+
 def family_folders(directory: Path) -> list[Path]:
     """The family folders in ``directory`` (those with a spec.py), for ``evo families``."""
     try:
@@ -105,6 +122,8 @@ def _cached_family(reference: str) -> KernelFamily:
         family = importlib.import_module(f"seeds.{reference}.spec").FAMILY
     elif reference in installed_families():
         return get_family(installed_families()[reference])
+    elif (target := installed_by_name(reference)) is not None:
+        return get_family(target)
     else:
         known = family_names() + sorted(installed_families())
         raise ValueError(f"unknown family {reference!r}; known families: {known} (or a family folder's path, "

@@ -119,10 +119,22 @@ def test_an_installed_packages_family_is_found_by_its_entry_point(tmp_path, monk
     (dist / "entry_points.txt").write_text("[evo.families]\nfaulty_installed = tests.families.faulty:FAMILY\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert get_family("faulty_installed").name == "faulty"
+    assert get_family("faulty").reference_key == "tests.families.faulty:FAMILY"  # by its own name too
     monkeypatch.chdir(demo_folder(tmp_path).parent)
     assert main(["families"]) == 0
     out = capsys.readouterr().out
-    assert "faulty_installed (installed: tests.families.faulty:FAMILY" in out
+    assert "faulty (installed as faulty_installed, cpu)" in out
+    # two installed families of one name: refused in one line, naming both
+    (dist / "entry_points.txt").write_text("[evo.families]\nfaulty_installed = tests.families.faulty:FAMILY\n"
+                                           "faulty_again = tests.families.faulty:ALSO_FAULTY\n")
+    import importlib
+
+    from seeds._registry import _cached_family
+
+    importlib.invalidate_caches()
+    _cached_family.cache_clear()
+    with pytest.raises(ValueError, match="family name 'faulty' is taken by 2 installed families"):
+        get_family("faulty")
     assert "./demo (folder here, cpu): out = a + b" in out and "cpu_gemm (built-in, cpu)" in out
 
 

@@ -36,6 +36,37 @@ def test_the_key_changes_with_everything_a_measurement_depends_on_and_nothing_el
     assert len({key, *changed}) == len(changed) + 1
 
 
+def test_the_key_changes_with_any_file_of_the_family_and_not_with_another_familys(tmp_path, monkeypatch):
+    """A reference, a tolerance or a kernel edited in the family's folder stops reuse (earlier verdicts were
+    checked against the old code); an edit to another family's folder does not."""
+    from evo.cli import main
+
+    folders = {}
+    for name in ("mine", "other"):
+        monkeypatch.chdir(tmp_path)
+        assert main(["new-family", name, "--device", "cpu"]) == 0
+        folders[name] = tmp_path / name
+    family = get_family(str(folders["mine"]))
+    genome = family.seed_genomes[0]
+
+    def key():
+        return measurement_key(family, genome, EvalConfig(), HARDWARE, family.mission_shape.name)
+
+    before = key()
+    spec = folders["other"] / "spec.py"
+    spec.write_text(spec.read_text().replace('reference="2 * x + y"', 'reference="2 * x + y + 0"'))
+    assert key() == before  # another family's edit
+    keys = {before}
+    for file, old, new in (("spec.py", 'reference="2 * x + y"', 'reference="y + 2 * x"'),
+                           ("spec.py", 'name="mine",', 'name="mine", tolerance=None,'),
+                           ("mine.cpp", "2.0f * x[i]", "x[i] * 2.0f")):
+        path = folders["mine"] / file
+        assert old in path.read_text()
+        path.write_text(path.read_text().replace(old, new))
+        keys.add(key())
+    assert len(keys) == 4  # each edit a new key
+
+
 def _evaluations(db):
     store = Store(Database(resolve_url(str(db))).open(create=False))
     with store.database.session() as s:

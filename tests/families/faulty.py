@@ -94,3 +94,4 @@ def _kill_this_worker() -> None:
 
 
 FAMILY = FaultyFamily()
+ALSO_FAULTY = FaultyFamily()  # a second family of the same name (the registry refuses an ambiguous name)
