@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable
 
 from evo.strategies import Observation, Strategy
-from kernel_genome import Genome
+from evo.kernel_genome import Genome
 
 
 def evaluations_to(chosen: Strategy, first: Genome, seconds: Callable[[Genome], float | None], goal_s: float,

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from fitness import Status, screen
-from fitness.score import format_seconds
+from evo.fitness import Status, screen
+from evo.fitness.score import format_seconds
 
 
 def best_genome(db: str, run_id: int, family):
     """The genome of run ``run_id``'s fastest correct individual in database ``db``."""
-    from db import Database, Store, resolve_url
+    from evo.db import Database, Store, resolve_url
 
     store = Store(Database(resolve_url(db)).open(create=False))
     best = store.best(run_id, limit=1)
@@ -52,7 +52,7 @@ def launch_each(family, genomes: dict, shapes, max_abs_error: float, launches: i
 
     import torch
 
-    from fitness import BuildConfig, Builder
+    from evo.fitness import BuildConfig, Builder
 
     builder = Builder(BuildConfig(Path(tempfile.mkdtemp())))
     generator = torch.Generator(device="cuda").manual_seed(0)

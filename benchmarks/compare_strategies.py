@@ -16,10 +16,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from db import Database, Store, resolve_url
+from evo.db import Database, Store, resolve_url
 from evo.api import SilentReporter
 from evo.search import Search, SearchConfig
-from fitness import start_ray
+from evo.fitness import start_ray
 
 
 def main() -> None:

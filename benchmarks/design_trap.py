@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _as_the_loop import evaluations_to  # noqa: E402
 from evo.strategies import make_strategy  # noqa: E402
-from kernel_genome import Boolean, Choice, PowerOfTwo, Space  # noqa: E402
+from evo.kernel_genome import Boolean, Choice, PowerOfTwo, Space  # noqa: E402
 
 CLASSIC = [f"c{i}" for i in range(8)]
 BEST = [1, 2, 0, 3, 1, 2, 3, 0]  # each classic knob's best value

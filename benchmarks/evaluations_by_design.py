@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from seeds import get_family  # noqa: E402
+from evo.seeds import get_family  # noqa: E402
 
 RUN_EVALUATIONS = ("SELECT i.genome, e.status, e.fitness_s, e.reused_from FROM evaluations e JOIN individuals i "
                    "ON i.id = e.individual_id WHERE i.run_id = ? ORDER BY e.id")

@@ -42,7 +42,7 @@ def main() -> int:
     wall = time.monotonic() - started
     print(f"evo search exit code {search.returncode}, {wall:.0f} s")
 
-    from db import Database, Store, resolve_url
+    from evo.db import Database, Store, resolve_url
 
     store = Store(Database(resolve_url(args.db)).open(create=False))
     run = store.list_runs()[-1]

@@ -22,11 +22,11 @@ import tempfile
 from pathlib import Path
 
 from _reporting import add_genome_arguments, best_genome, evaluated
-from fitness import BuildConfig, Builder, EvalConfig, Evaluator
-from fitness.benchmark import time_runs
-from fitness.score import format_seconds
-from seeds import get_family
-from seeds.flashcore.spec import SOURCES
+from evo.fitness import BuildConfig, Builder, EvalConfig, Evaluator
+from evo.fitness.benchmark import time_runs
+from evo.fitness.score import format_seconds
+from evo.seeds import get_family
+from evo.seeds.flashcore.spec import SOURCES
 
 ROOT = Path(__file__).resolve().parent.parent
 

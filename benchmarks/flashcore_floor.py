@@ -118,9 +118,9 @@ READ_KV_SHARED(4)
 def main() -> None:
     import torch
 
-    from fitness.benchmark import time_runs
-    from seeds import TimingPlan
-    from seeds._cuda import CudaModule, ptr
+    from evo.fitness.benchmark import time_runs
+    from evo.seeds import TimingPlan
+    from evo.seeds._cuda import CudaModule, ptr
 
     work = Path(tempfile.mkdtemp(prefix="flashcore-floor-"))
     (work / "floor.cu").write_text(SOURCE)

@@ -24,10 +24,10 @@ import tempfile
 from pathlib import Path
 
 from _reporting import add_genome_arguments, best_genome, evaluated
-from fitness import BuildConfig, Builder, EvalConfig, Evaluator
-from fitness.score import format_seconds
-from seeds import get_family
-from seeds.flashcore.spec import attention_shape
+from evo.fitness import BuildConfig, Builder, EvalConfig, Evaluator
+from evo.fitness.score import format_seconds
+from evo.seeds import get_family
+from evo.seeds.flashcore.spec import attention_shape
 
 DEFAULT_SHAPES = ("1,8,512,64", "4,16,4096,64", "4,16,4096,128")
 

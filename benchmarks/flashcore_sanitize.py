@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _reporting import launch_each
-from seeds import get_family
-from seeds.flashcore.spec import attention_shape
+from evo.seeds import get_family
+from evo.seeds.flashcore.spec import attention_shape
 from test_flashcore import CLUSTER_SPLIT, CLUSTER_WARP_SPLIT, GRID_SPLIT, LARGE_TILES, OVERLAP, SHARED_STAGES, TMA_STAGES
 
 fam = get_family("flashcore")

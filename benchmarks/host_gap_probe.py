@@ -23,10 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from fitness import benchmark  # noqa: E402
-from fitness._queued import SpinQueue  # noqa: E402
-from seeds.flashcore import runtime  # noqa: E402
-from seeds.flashcore.spec import FAMILY  # noqa: E402
+from evo.fitness import benchmark  # noqa: E402
+from evo.fitness._queued import SpinQueue  # noqa: E402
+from evo.seeds.flashcore import runtime  # noqa: E402
+from evo.seeds.flashcore.spec import FAMILY  # noqa: E402
 
 SPIN_CYCLES = 200_000  # about 100 us: longer than queuing an event, a replay and an event
 

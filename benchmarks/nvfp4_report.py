@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fitness import BuildConfig, Builder, EvalConfig, Evaluator, screen  # noqa: E402
-from seeds import get_family  # noqa: E402
+from evo.fitness import BuildConfig, Builder, EvalConfig, Evaluator, screen  # noqa: E402
+from evo.seeds import get_family  # noqa: E402
 from tests.test_nvfp4_gemm import DESIGN_POINTS  # noqa: E402
 
 family = get_family("nvfp4_gemm")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _reporting import launch_each
-from seeds import get_family
+from evo.seeds import get_family
 from test_nvfp4_gemm import (BYTES, BYTES_SHARED, CLUSTER, CLUSTER_L2, CLUSTER_MMA_SYNC, K_SPLIT, K_SPLIT_L2,
                              K_SPLIT_TWO_BLOCKS, K_SPLIT_WIDE, ONE_WARPGROUP, ONE_WARPGROUP_CLUSTER, PREPASS,
                              PRODUCER, PRODUCER_CLUSTER_L2, PRODUCER_SHORT_K, SEED, SHARED, SPLIT, SPREAD,

@@ -28,8 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nvfp4_ab import parse_variant  # noqa: E402
-from fitness import BuildConfig, Builder, Status  # noqa: E402
-from seeds import get_family  # noqa: E402
+from evo.fitness import BuildConfig, Builder, Status  # noqa: E402
+from evo.seeds import get_family  # noqa: E402
 
 STAMPS = r'''
 __device__ unsigned long long evo_stamps[4096 * 16];  // [block][warpgroup 0, 1][8]
@@ -111,9 +111,9 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    from fitness.benchmark import time_runs
-    from seeds._cuda import multiprocessors
-    from seeds.nvfp4_gemm.launch import grid, splits
+    from evo.fitness.benchmark import time_runs
+    from evo.seeds._cuda import multiprocessors
+    from evo.seeds.nvfp4_gemm.launch import grid, splits
 
     family = get_family("nvfp4_gemm")
     names = {s.name: s for s in family.shapes}

@@ -14,7 +14,7 @@ Read its figures for the default only. The default's own runs recorded the lands
 measured genomes: 48 seeds gave a median of 178 evaluations, against 187 on the H100 over nine runs. A variant
 that goes elsewhere meets the forests' guesses, which were too kind: a variant this predicted at 120 (a target
 ranked by the chance of reaching it, failures learned as twice the fastest time) took 197 on the H100 over six
-runs (docs/BENCHMARKS.md, "Aiming at the target, and stopping at the gate").
+runs (docs/JOURNAL.md, "Aiming at the target, and stopping at the gate").
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from _as_the_loop import evaluations_to  # noqa: E402
 from evo.search import _Setting  # noqa: E402
 from evo.strategies import make_strategy  # noqa: E402
 from evo.strategies._forest import Forest  # noqa: E402
-from kernel_genome import Constraint  # noqa: E402
-from seeds import get_family  # noqa: E402
+from evo.kernel_genome import Constraint  # noqa: E402
+from evo.seeds import get_family  # noqa: E402
 
 
 class Landscape:

@@ -28,8 +28,8 @@ def main() -> None:
     args = parser.parse_args()
     spaces = [kernel_tuner_space(path) for path in sorted(Path(args.caches).glob("*.json.gz"))]
     for item in args.run:
-        from db import Database, Store, resolve_url
-        from seeds import get_family
+        from evo.db import Database, Store, resolve_url
+        from evo.seeds import get_family
 
         db, _, run = item.rpartition(":")
         store = Store(Database(resolve_url(db)).open(create=False))

@@ -1,6 +1,6 @@
 """The surrogate strategy's options replayed on the public tuning spaces, as the loop drives it: per space and
 variant, the share of runs within 5% of the optimum after 50 and 100 evaluations, and the quartiles of the
-evaluations needed (how the default kappa was chosen; docs/BENCHMARKS.md "Replay").
+evaluations needed (how the default kappa was chosen; docs/JOURNAL.md "Replay").
 
     python benchmarks/surrogate_variants.py --variants kappa=1,kappa=0.5 --seeds 30 --first-seed 30
     python benchmarks/surrogate_variants.py --spaces gemm_RTX3090 --variants "kappa=0.5 warmup=8" --seeds 10

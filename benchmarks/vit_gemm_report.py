@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 from _reporting import add_genome_arguments, best_genome, evaluated
-from fitness import BuildConfig, Builder, EvalConfig, Evaluator
-from fitness.score import format_seconds
-from seeds import get_family
+from evo.fitness import BuildConfig, Builder, EvalConfig, Evaluator
+from evo.fitness.score import format_seconds
+from evo.seeds import get_family
 
 
 def main() -> None:

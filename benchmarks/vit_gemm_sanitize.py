@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _reporting import launch_each
-from seeds import get_family
+from evo.seeds import get_family
 from test_vit_gemm import (CLUSTERED, CLUSTERED_192, CLUSTERED_WIDE, FOLDED, FOLDED_PER_TILE, FOLDED_PINGPONG, PINGPONG,
                            PINGPONG_192, PREFETCH, PREFETCH_TMA, PREFETCH_TWO, ROWWISE, SEED, SPLIT_FOUR, SPLIT_SMALL,
                            SPLIT_WIDE)

@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fitness import BuildConfig, Builder, EvalConfig, Evaluator, Status, screen  # noqa: E402
-from seeds import get_family, resolve_workload  # noqa: E402
+from evo.fitness import BuildConfig, Builder, EvalConfig, Evaluator, Status, screen  # noqa: E402
+from evo.seeds import get_family, resolve_workload  # noqa: E402
 
 
 def named_genomes(spec: str) -> list:

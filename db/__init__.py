@@ -1,8 +1,8 @@
 """db: SQLAlchemy models, sessions, Alembic migrations, and the store the search writes to."""
 
-from db.memory import Memory, Remembered
-from db.session import Database, SchemaError, is_sqlite_file, resolve_url, safe_url
-from db.store import EvaluationRow, HistoryEntry, MeasurementRow, NewIndividual, ParentLink, RunInfo, RunLost, Store
+from evo.db.memory import Memory, Remembered
+from evo.db.session import Database, SchemaError, is_sqlite_file, resolve_url, safe_url
+from evo.db.store import EvaluationRow, HistoryEntry, MeasurementRow, NewIndividual, ParentLink, RunInfo, RunLost, RunStatus, Store
 
 __all__ = [
     "Database",
@@ -15,6 +15,7 @@ __all__ = [
     "Remembered",
     "RunInfo",
     "RunLost",
+    "RunStatus",
     "SchemaError",
     "Store",
     "is_sqlite_file",

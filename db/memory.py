@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
-from db.models import Evaluation, Individual, Run
-from db.store import Store
-from fitness.records import EvalResult, ResourceUsage, ShapeCheck, ShapeTiming, StageSeconds, Status
+from evo.db.models import Evaluation, Individual, Run
+from evo.db.store import Store
+from evo.fitness.records import EvalResult, ResourceUsage, ShapeCheck, ShapeTiming, StageSeconds, Status
 
 REUSABLE = (Status.OK, Status.COMPILE_ERROR, Status.SCREENED_OUT, Status.INCORRECT)
 

@@ -6,6 +6,7 @@ moment it is recorded, so a killed driver loses nothing that had finished.
 
 from __future__ import annotations
 
+import enum
 import os
 import secrets
 import socket
@@ -15,12 +16,24 @@ from datetime import datetime
 
 from sqlalchemy import func, select, update
 
-from db.models import Evaluation, GateCheck, Individual, LineageEdge, Run, ShapeMeasurement, utcnow
-from db.session import Database
-from fitness.records import EvalResult, GateResult, Status, to_jsonable
+from evo.db.models import Evaluation, GateCheck, Individual, LineageEdge, Run, ShapeMeasurement, utcnow
+from evo.db.session import Database
+from evo.fitness.records import EvalResult, GateResult, Status, to_jsonable
 
-RUN_STATUSES = ("running", "target_reached", "budget_exhausted", "time_exhausted", "space_exhausted",
-                "all_failed", "interrupted", "failed")
+class RunStatus(enum.StrEnum):
+    """A run's status, as stored (a string column: the values are what older databases hold too)."""
+
+    RUNNING = "running"
+    TARGET_REACHED = "target_reached"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    TIME_EXHAUSTED = "time_exhausted"
+    SPACE_EXHAUSTED = "space_exhausted"
+    ALL_FAILED = "all_failed"  # the first evaluations all failed one way (evo/_causes.py)
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+
+
+RUN_STATUSES = tuple(RunStatus)
 HEARTBEAT_S = 10.0  # a running search's driver says it is alive this often
 HEARTBEAT_STALE_S = 60.0  # a run not heard from for this long has lost its driver
 
@@ -127,7 +140,7 @@ class RunInfo:
     def driver_died(self, now: datetime | None = None) -> bool:
         """A run still marked running whose driver is gone: no heartbeat for HEARTBEAT_STALE_S, none at
         all, or its process is no longer alive on this very machine."""
-        if self.status != "running":
+        if self.status != RunStatus.RUNNING:
             return False
         heard = self.heard_s(now)
         if heard is None or heard > HEARTBEAT_STALE_S:
@@ -172,7 +185,7 @@ class Store:
     # -- runs -------------------------------------------------------------------------------
     def create_run(self, *, family: str, strategy: str, target: str | None, seed: int, config: dict) -> int:
         with self.database.session() as s:
-            run = Run(family=family, strategy=strategy, target=target, seed=seed, config=config, status="running")
+            run = Run(family=family, strategy=strategy, target=target, seed=seed, config=config, status=RunStatus.RUNNING)
             s.add(run)
             s.flush()
             return run.id
@@ -212,7 +225,7 @@ class Store:
             for name, value in fields.items():
                 setattr(run, name, value)
             if status is not None:
-                run.finished_at = None if status == "running" else utcnow()
+                run.finished_at = None if status == RunStatus.RUNNING else utcnow()
 
     # -- individuals and lineage ----------------------------------------------------------
     def add_individuals(self, run_id: int, individuals: list[NewIndividual]) -> dict[str, int]:

@@ -20,9 +20,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from fitness import ShapePlan, Target
-from kernel_genome import Genome
-from seeds import KernelFamily, Workload
+from evo.fitness import ShapePlan, Target
+from evo.kernel_genome import Genome
+from evo.seeds import KernelFamily, Workload
 
 NICHE_DEPTH = 3  # the kernels a shape keeps as its best (parents for the strategy, the bar for a cutoff)
 CUTOFF_MARGIN = 1.15  # above this times the slowest of a full niche, a first sample cuts a shape's timing short

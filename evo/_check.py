@@ -23,8 +23,8 @@ DEFAULT_SAMPLE = 8
 
 def _genomes(family, sample: int, every: bool) -> list:
     """The seeds, then ``sample`` distinct genomes drawn at random (every valid genome with ``every``)."""
-    from kernel_genome import NoValidGenome
-    from kernel_genome import sample as draw
+    from evo.kernel_genome import NoValidGenome
+    from evo.kernel_genome import sample as draw
 
     chosen = {g.id: g for g in family.seed_genomes}
     if every:
@@ -53,8 +53,8 @@ def _usage(usage) -> tuple[str, str, str, str]:
 
 def cmd_check(args, console: Console) -> int:
     from evo._preflight import PreflightFailed, check_in_a_process_of_its_own, check_space, where
-    from fitness import BuildConfig, Builder, Status, default_cache_dir, screen
-    from seeds import get_family
+    from evo.fitness import BuildConfig, Builder, Status, default_cache_dir, screen
+    from evo.seeds import get_family
 
     try:
         family = get_family(args.family)

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from fitness import Target
+from evo.fitness import Target
 
 MAX_COUNT = 2**31 - 1  # the most evaluations (a budget, a population, trials) the store's integer columns hold
 MAX_SEED = 2**63 - 1  # seeds the strategies (NumPy, Optuna) and the store take

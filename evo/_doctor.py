@@ -8,12 +8,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from db import Database, SchemaError, resolve_url
-from fitness import prepare_to_join
+from evo.db import Database, SchemaError, resolve_url
+from evo.fitness import prepare_to_join
 
 
 def cmd_doctor(args, console: Console) -> int:
-    from fitness.build import compiler_command, compiler_version
+    from evo.fitness.build import compiler_command, compiler_version
 
     table = Table(title="evo doctor")
     table.add_column("check")
@@ -67,8 +67,8 @@ def cmd_doctor(args, console: Console) -> int:
 def _evo_importable() -> str:
     """Run on a cluster's worker: where evo's packages are found there."""
     import evo
-    import fitness  # noqa: F401
-    import seeds  # noqa: F401
+    import evo.fitness as fitness  # noqa: F401
+    import evo.seeds as seeds  # noqa: F401
 
     return str(Path(evo.__file__).parent.parent)
 
@@ -77,7 +77,7 @@ def _check_cluster(address: str) -> tuple[bool, str]:
     """(joined, what it has): nodes, CPUs and GPUs, and whether evo imports on its workers."""
     import ray
 
-    from fitness import RayUnavailable, start_ray
+    from evo.fitness import RayUnavailable, start_ray
 
     try:
         release = start_ray(address)

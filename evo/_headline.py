@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from fitness import GateResult
+from evo.fitness import GateResult
 
 CONFIRM_ROUNDS = 3  # rounds of re-verification and re-timing beside the anchor (a workload's winners get as many)
 

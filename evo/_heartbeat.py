@@ -9,8 +9,8 @@ import os
 import socket
 import threading
 
-from db import Store
-from db.store import HEARTBEAT_S
+from evo.db import Store
+from evo.db.store import HEARTBEAT_S
 
 
 class Heartbeat:

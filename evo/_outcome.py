@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 
 from evo._causes import Causes
 from evo._headline import Headline
+from evo.db import RunStatus
 from evo.dispatch import DispatchTable
-from fitness import format_seconds
-from kernel_genome import Genome
+from evo.fitness import format_seconds
+from evo.kernel_genome import Genome
 
 EXIT_TARGET_REACHED = 0  # also: the budget ran out and no target had been set
 EXIT_BUDGET_EXHAUSTED = 3
@@ -83,7 +84,7 @@ def describe(outcome: SearchOutcome) -> str:
         text += f"; {outcome.dispatch.summary()}"
     if outcome.headline is not None:
         text += f"; speedup over the anchor {outcome.headline.text()}"
-    if outcome.status == "all_failed":
+    if outcome.status == RunStatus.ALL_FAILED:
         text = f"stopped: the first {outcome.evaluations} evaluations all failed the same way: {outcome.causes}"
     elif outcome.causes:
         text += f"; failures: {outcome.causes}"

@@ -30,7 +30,7 @@ class PreflightFailed(ValueError):
 
 def where(family) -> str:
     """The family's name and the file that defines it, as messages name it."""
-    from seeds._registry import family_file
+    from evo.seeds import family_file
 
     file = family_file(family)
     return f"family {family.name} ({file})" if file else f"family {family.name}"
@@ -38,7 +38,7 @@ def where(family) -> str:
 
 def check_space(family) -> None:
     """Every seed genome meets the constraints, and some genome does."""
-    from kernel_genome import NoValidGenome, sample
+    from evo.kernel_genome import NoValidGenome, sample
 
     for seed in family.seed_genomes:
         broken = family.space.violations(seed)
@@ -54,7 +54,7 @@ def check_space(family) -> None:
 
 def is_builtin(family) -> bool:
     """One of evo's own families (seeds/): tested with evo, so its launch is not tried again before each run."""
-    from seeds._registry import family_names
+    from evo.seeds import family_names
 
     return family.reference_key.partition("@")[0] in family_names()
 
@@ -102,9 +102,9 @@ def _child(reference: str, cache_dir: str) -> str | None:
     """What the pre-flight finds wrong in the family ``reference``, or None."""
     import torch
 
-    from fitness import BuildConfig, Builder, Status
-    from seeds import get_family
-    from seeds._registry import family_file
+    from evo.fitness import BuildConfig, Builder, Status
+    from evo.seeds import get_family
+    from evo.seeds import family_file
 
     family = get_family(reference)
     file = family_file(family)

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from db import Memory, Store
-from fitness import EvalConfig, EvalResult, measurement_key
-from kernel_genome import Genome
+from evo.db import Memory, Store
+from evo.fitness import EvalConfig, EvalResult, measurement_key
+from evo.kernel_genome import Genome
 
 
 class RunMemory:

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from evo._spec_runtime import CTYPES, SAFE_BUILTINS, SpecRuntime, evaluate, knob_names, runtime_module
-from kernel_genome import Constraint, Space
-from seeds import BuildRecipe, RuntimeFamily, TimingPlan, Tolerance
+from evo.kernel_genome import Constraint, Space
+from evo.seeds import CUDA_RUNTIME_FILE, HOPPER_NVCC_FLAGS, BuildRecipe, RuntimeFamily, TimingPlan, Tolerance
 
 CPP_FLAGS = ("-O3", "-march=native", "-std=c++17", "-fPIC", "-shared")
-NVCC_FLAGS = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17")  # Hopper (the H100)
+NVCC_FLAGS = HOPPER_NVCC_FLAGS  # Hopper (the H100)
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64")
 TOLERANCES = {"float32": Tolerance(max_abs=1e-4, max_rel_l2=1e-5, rtol=1e-4),
               "float64": Tolerance(max_abs=1e-10, max_rel_l2=1e-12, rtol=1e-10),
@@ -192,7 +192,7 @@ class CudaKernel(_ShortSpec):
     device = "cuda"
     compiler = "nvcc"
     output_kind = "cubin"
-    export_files = _ShortSpec.export_files + (("evo_cuda.py", Path(__file__).resolve().parents[1] / "seeds" / "_cuda.py"),)
+    export_files = _ShortSpec.export_files + (("evo_cuda.py", CUDA_RUNTIME_FILE),)
 
     def __init__(self, *, grid: str, block: str, shared_bytes: str = "0", flags: Sequence[str] = NVCC_FLAGS,
                  **spec) -> None:

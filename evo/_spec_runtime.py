@@ -25,7 +25,7 @@ CUDA_DEFAULT_SHARED = 48 * 1024  # dynamic shared memory a kernel may use withou
 # seeds/_cuda.py, inside evo or beside an exported package as evo_cuda.py: bound when this module is imported,
 # so that another evo package's file of that name never stands in for it
 try:
-    from seeds import _cuda as _CUDA
+    from evo.seeds import _cuda as _CUDA
 except ImportError:  # an exported package
     try:
         import evo_cuda as _CUDA

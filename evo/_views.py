@@ -3,15 +3,15 @@ hard gates and confirmations, a workload run's dispatch table."""
 
 from __future__ import annotations
 
-from db import Store
+from evo.db import Store
 from evo.cli import BadInput
-from fitness import format_seconds, format_span
+from evo.fitness import format_seconds, format_span
 
 
 def fitness_shape(run) -> str | None:
     """The shape whose time is the run's fitness: the mission shape, or a workload's primary shape."""
     try:
-        from seeds import get_family, parse_workload
+        from evo.seeds import get_family, parse_workload
 
         family = get_family(run.family)
         workload = (run.config or {}).get("workload")
@@ -54,7 +54,7 @@ def run_dispatch_table(store: Store, run):
     if not (run.config or {}).get("workload"):
         return None
     from evo.dispatch import dispatch_table
-    from seeds import get_family, parse_workload
+    from evo.seeds import get_family, parse_workload
 
     try:
         family = get_family(run.family)

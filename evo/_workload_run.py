@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from typing import Callable
 
-from db import Store
+from evo.db import Store
 from evo._board import ShapeBoard
 from evo._headline import CONFIRM_ROUNDS
 from evo.dispatch import DispatchTable, confirmations, dispatch_table, ranked_kernels
-from fitness import EvalResult, Status, Target, format_span
-from kernel_genome import Genome
-from seeds import KernelFamily, Workload
+from evo.fitness import EvalResult, Status, Target, format_span
+from evo.kernel_genome import Genome
+from evo.seeds import KernelFamily, Workload
 
 CONFIRM_CANDIDATES = 3  # a shape's best kernels by the search's figures that are confirmed (the best of them is chosen)
 CONFIRM_RATIO = 1.1  # a best kernel slower than this times the anchor cannot win its shape: not confirmed

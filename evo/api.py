@@ -20,7 +20,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from db import Database, SchemaError, Store, resolve_url
+from evo.db import Database, RunStatus, SchemaError, Store, resolve_url
 from evo._config import SearchConfig
 from evo.experiment import parse_duration
 
@@ -61,12 +61,12 @@ def new_search(family, *, workload=None, workload_where: str = "the workload", d
     (``time_budget`` may be a duration such as "10m")."""
     from evo.search import Search
     from evo.strategies import make_strategy
-    from seeds import KernelFamily, Workload, get_family, parse_workload, resolve_workload
+    from evo.seeds import KernelFamily, Workload, get_family, parse_workload, resolve_workload
 
     if isinstance(family, KernelFamily):
         if not family.lookup_name:  # Ray's workers load the family by its reference
             raise ValueError(f"family {family.name!r} was made here, not loaded: put it in a spec.py and pass its "
-                             f"path (or load it with seeds.get_family) so that evo's workers can load it too")
+                             f"path (or load it with evo.seeds.get_family) so that evo's workers can load it too")
         family = family.reference_key
     if not isinstance(family, str):
         raise ValueError(f"family must be a reference (name, path, module:ATTRIBUTE) or a family, got {family!r}")
@@ -88,7 +88,7 @@ def new_search(family, *, workload=None, workload_where: str = "the workload", d
                   options=config.strategy_options)
     database = database_at(db, must_exist=False)
     if ray_address is not None:  # before anything is written
-        from fitness import check_ray_address
+        from evo.fitness import check_ray_address
 
         check_ray_address(ray_address)
     if family.device == "cuda" and ray_address is None:
@@ -101,7 +101,7 @@ def resumed_search(run_id: int, *, db=None, ray_address: str | None = None, repo
                    time_budget: float | str | None = None):
     """A ``Search`` ready to ``resume(run_id)``; only its budgets may change."""
     from evo.search import Search
-    from seeds import get_family
+    from evo.seeds import get_family
 
     database = database_at(db, must_exist=True)
     store = open_store(database, create=False)
@@ -162,23 +162,23 @@ class SilentReporter:
 def refuse_a_run_that_cannot_go_on(run, limits: dict) -> None:
     """A run whose driver is alive elsewhere, that reached its target or ran out of new genomes, that
     ended at its limits without new ones, or with a budget it has already spent: one line each."""
-    if run.status == "running" and not run.driver_died():
+    if run.status == RunStatus.RUNNING and not run.driver_died():
         raise ValueError(f"run {run.id} is running in process {run.pid} on {run.host} (heard from {run.heard_s():.0f} s "
                          f"ago): stop it there first (Ctrl-C), or wait for it")
-    if run.status == "all_failed":
+    if run.status == RunStatus.ALL_FAILED:
         raise ValueError(f"run {run.id} stopped because its first evaluations all failed the same way (`evo show "
                          f"{run.id}` says how): fix the family and start a new search")
-    if run.status in ("target_reached", "space_exhausted"):
+    if run.status in (RunStatus.TARGET_REACHED, RunStatus.SPACE_EXHAUSTED):
         raise ValueError(f"run {run.id} ended with {run.status.replace('_', ' ')}: there is nothing left to resume "
                          f"(start a new search)")
     budget = limits.get("budget")
     if budget is not None and budget <= run.evaluations:
         raise ValueError(f"run {run.id} already has {run.evaluations} evaluations: --budget {budget} leaves it none "
                          f"(give more than {run.evaluations})")
-    if run.status == "budget_exhausted" and budget is None:
+    if run.status == RunStatus.BUDGET_EXHAUSTED and budget is None:
         raise ValueError(f"run {run.id} spent its budget ({run.evaluations} evaluations): give a larger --budget to "
                          f"go on")
-    if run.status == "time_exhausted" and budget is None and "time_budget_s" not in limits:
+    if run.status == RunStatus.TIME_EXHAUSTED and budget is None and "time_budget_s" not in limits:
         raise ValueError(f"run {run.id} ran out of time after {run.evaluations} evaluations: give a --time-budget (or "
                          f"a larger --budget) to go on")
 
@@ -187,8 +187,8 @@ def refuse_a_family_that_does_not_compile(family, config: SearchConfig) -> None:
     """Build the seed genomes here (cached: the search's own builds of them are then cache hits); when
     none compiles, the family's source is broken and no run is started. Skipped where this machine
     lacks the family's compiler (a Ray cluster's workers build)."""
-    from fitness import BuildConfig, Builder, Status, default_cache_dir
-    from fitness.build import compiler_command
+    from evo.fitness import BuildConfig, Builder, Status, default_cache_dir
+    from evo.fitness.build import compiler_command
 
     builder = Builder(BuildConfig(Path(config.cache_dir) if config.cache_dir else default_cache_dir(),
                                   config.build_timeout_s))
@@ -214,7 +214,7 @@ def preflight(family, config: SearchConfig, workload=None) -> None:
     reference that raises, an output of the wrong shape, a build that does not load, a launch that raises or
     crashes; an anchor that disagrees with the reference."""
     from evo._preflight import check_in_a_process_of_its_own, check_space, is_builtin
-    from fitness import default_cache_dir
+    from evo.fitness import default_cache_dir
 
     check_space(family)
     refuse_a_family_that_does_not_compile(family, config)
@@ -231,7 +231,7 @@ def refuse_a_wrong_anchor(family, workload=None) -> None:
 
     import torch
 
-    from fitness import EvalConfig, Evaluator
+    from evo.fitness import EvalConfig, Evaluator
 
     if family.device == "cuda" and not torch.cuda.is_available():
         return

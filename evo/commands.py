@@ -10,14 +10,14 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy.exc import SQLAlchemyError
 
-from db import Database, RunLost, SchemaError, Store
+from evo.db import Database, RunLost, RunStatus, SchemaError, Store
 from evo.api import database_at, open_store
 from evo.cli import BadInput, Failed, Interrupted
 from evo._causes import Causes
 from evo._config import SearchConfig
 from evo._views import gate_line, mission_anchor, run_dispatch_table, unsteady_at_fitness_shape
 from evo.experiment import load_experiment, parse_duration
-from fitness import format_seconds
+from evo.fitness import format_seconds
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> int:
@@ -80,7 +80,7 @@ def _search_settings(args) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def cmd_search(args, console: Console) -> int:
     if args.ray_address:
-        from fitness import prepare_to_join
+        from evo.fitness import prepare_to_join
 
         prepare_to_join()  # before anything imports Ray: it reads its settings then
     from evo.api import new_search, resumed_search
@@ -120,7 +120,7 @@ def cmd_search(args, console: Console) -> int:
 def _run(search, go) -> int:
     """Run a search to its exit code; a Ray address that cannot be joined is bad input (nothing written);
     an interrupt (Ctrl-C, SIGTERM) closes the live line and names the run to resume (exit 130)."""
-    from fitness import RayUnavailable
+    from evo.fitness import RayUnavailable
 
     try:
         return go().exit_code
@@ -131,7 +131,7 @@ def _run(search, go) -> int:
         status = search.mark_interrupted()
         if status is None:
             raise Interrupted("interrupted before a run was written: nothing to resume") from None
-        if status != "interrupted":  # it had ended (or another driver owns it) before the interrupt came
+        if status != RunStatus.INTERRUPTED:  # it had ended (or another driver owns it) before the interrupt came
             raise Interrupted(f"interrupted: run {search.run_id} is {status.replace('_', ' ')}") from None
         raise Interrupted(f"interrupted: run {search.run_id} is marked interrupted; continue it with "
                           f"`evo search --resume {search.run_id}`") from None
@@ -271,8 +271,8 @@ def cmd_export(args, console: Console) -> int:
 
 
 def cmd_families(args, console: Console) -> int:
-    from seeds import family_names, get_family
-    from seeds._registry import family_folders, installed_families
+    from evo.seeds import family_names, get_family
+    from evo.seeds import family_folders, installed_families
 
     found = [(name, "built-in") for name in family_names()]
     found += [(target, f"installed as {key}") for key, target in sorted(installed_families().items())]
@@ -321,7 +321,7 @@ def cmd_new_family(args, console: Console) -> int:
 def cmd_replay(args, console: Console) -> int:
     from evo.replay import MODES, kernel_tuner_space, store_space, summarize, table_rows
     from evo.strategies import STRATEGIES
-    from seeds import get_family
+    from evo.seeds import get_family
 
     if (args.source is None) == (args.run is None):
         raise BadInput("replay needs a Kernel Tuner cache file or --run N (one of the two)")

@@ -16,8 +16,8 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from db import MeasurementRow, Store
-from seeds import KernelFamily, Workload
+from evo.db import MeasurementRow, Store
+from evo.seeds import KernelFamily, Workload
 
 MARGIN = 0.01  # the op runs a kernel only where it is at least 1% faster than PyTorch (else noise decides)
 

@@ -60,7 +60,7 @@ def parse_duration(value: Any, what: str) -> float:
 
 
 def _is_relative_path(reference: str) -> bool:
-    from seeds._registry import is_path_reference
+    from evo.seeds import is_path_reference
 
     location = reference.split("@", 1)[0]
     return is_path_reference(location) and not location.startswith(("/", "~"))
@@ -73,7 +73,7 @@ def load_experiment(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     Any problem — missing file, bad TOML, unknown section or key, wrong type — is a ValueError
     naming the file and the key.
     """
-    from seeds._workload import read_toml
+    from evo.seeds._workload import read_toml
 
     path = Path(path)
     data = read_toml(path, f"experiment file {str(path)!r}")

@@ -38,19 +38,19 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from db import Store
-from fitness import BuildConfig, Builder, Status, _flush, _queued, format_seconds
-from fitness.build import ARTIFACT_SUFFIX, compiler_version, default_cache_dir, expand_macros_in_pragmas
+from evo.db import Store
+from evo.fitness import FLUSH_FILE, QUEUED_FILE, BuildConfig, Builder, Status, format_seconds
+from evo.fitness.build import ARTIFACT_SUFFIX, compiler_version, default_cache_dir, expand_macros_in_pragmas
 
 SELFCHECK = Path(__file__).with_name("_selfcheck.py")
 OP_TEMPLATE = Path(__file__).with_name("_templates") / "op.py.in"  # one op module for every family
-FLUSH = Path(_flush.__file__)  # shipped as evo_flush.py: the self-check flushes as the evaluator does
-QUEUED = Path(_queued.__file__)  # shipped as evo_queued.py: the self-check queues its samples as the evaluator does
+FLUSH = FLUSH_FILE  # shipped as evo_flush.py: the self-check flushes as the evaluator does
+QUEUED = QUEUED_FILE  # shipped as evo_queued.py: the self-check queues its samples as the evaluator does
 
 
 def _runtime_modules() -> dict[str, Path]:
     """What every package's op imports, under the names it has there."""
-    from seeds import _decisions, _dispatch, _op
+    from evo.seeds import _decisions, _dispatch, _op
 
     return {"evo_dispatch.py": Path(_dispatch.__file__), "evo_op.py": Path(_op.__file__),
             "evo_decisions.py": Path(_decisions.__file__)}
@@ -87,7 +87,7 @@ def export_run(store: Store, run_id: int, individual_id: int | None, out: Path) 
     """A workload run (no ``individual_id``): its dispatching op; otherwise the individual's (default: the
     run's best) kernel. ValueError for a run or individual that does not exist, one that never passed
     verification, a family without a runtime module to export, or an ``out`` that is a non-empty directory."""
-    from seeds import get_family, parse_workload
+    from evo.seeds import get_family, parse_workload
 
     run = store.get_run(run_id)
     if run is None:
@@ -112,7 +112,7 @@ def _check_target(family, out: Path) -> None:
 
 def export_individual(store: Store, run_id: int, individual_id: int | None, out: Path) -> ExportResult:
     """The package of one kernel, ``individual_id`` (default: the run's best verified kernel)."""
-    from seeds import DispatchTable, get_family
+    from evo.seeds import DispatchTable, get_family
 
     run = store.get_run(run_id)
     if run is None:
@@ -148,7 +148,7 @@ def export_individual(store: Store, run_id: int, individual_id: int | None, out:
 
 def _export_workload(store: Store, run, family, workload, out: Path) -> ExportResult:
     from evo.dispatch import dispatch_table
-    from seeds import DispatchTable
+    from evo.seeds import DispatchTable
 
     table = dispatch_table(store, run.id, family, workload)
     kernels, ids = [], {}  # ids: a stored genome's id -> its id now (knobs added since default in)

@@ -23,8 +23,8 @@ See docs/FAMILIES.md.
 """
 
 from evo._short_spec import CppKernel, CudaKernel, Scalar, Tensor
-from kernel_genome import Boolean, Choice, Constraint, IntRange, PowerOfTwo, Space
-from seeds import BuildRecipe, KernelFamily, ProblemShape, RuntimeFamily, TimingPlan, Tolerance, shape, workload
+from evo.kernel_genome import Boolean, Choice, Constraint, IntRange, PowerOfTwo, Space
+from evo.seeds import BuildRecipe, KernelFamily, ProblemShape, RuntimeFamily, TimingPlan, Tolerance, shape, workload
 
 __all__ = [
     "Boolean",

@@ -10,11 +10,12 @@ from rich.text import Text
 
 from evo._config import SearchConfig
 from evo._outcome import LoopState, SearchOutcome, status_counts
+from evo.db import RunStatus
 from evo.dispatch import DispatchTable
-from fitness import EvalResult, format_seconds
-from fitness.score import format_span
-from kernel_genome import Genome
-from seeds import KernelFamily
+from evo.fitness import EvalResult, format_seconds
+from evo.fitness.score import format_span
+from evo.kernel_genome import Genome
+from evo.seeds import KernelFamily
 
 
 def _best_line(state: LoopState) -> str:
@@ -85,7 +86,7 @@ class ConsoleReporter:
         reused = f"; {outcome.reused} reused from earlier runs" if outcome.reused else ""
         table.add_row("evaluations", f"{outcome.evaluations} ({status_counts(outcome.statuses) or 'none'}{reused})")
         if outcome.causes:
-            table.add_row("failures" if outcome.status != "all_failed" else "stopped: every evaluation failed so",
+            table.add_row("failures" if outcome.status != RunStatus.ALL_FAILED else "stopped: every evaluation failed so",
                           outcome.causes)
         if outcome.wall_s > 0 and outcome.evaluators:
             table.add_row("pace", f"{60 * outcome.evaluated_now / outcome.wall_s:.0f} evaluations a minute; "

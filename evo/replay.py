@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from evo.strategies import Observation, make_strategy
-from kernel_genome import Choice, Genome, Space
+from evo.kernel_genome import Choice, Genome, Space
 
 MODES = ("loop", "sync")
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from db import NewIndividual, ParentLink, RunLost, Store
+from evo.db import NewIndividual, ParentLink, RunLost, RunStatus, Store
 from evo._asking import BackgroundAsk
 from evo._config import SearchConfig
 from evo._headline import CONFIRM_ROUNDS, Headline, confirm
@@ -24,12 +24,12 @@ from evo._outcome import (EXIT_ALL_FAILED, EXIT_BUDGET_EXHAUSTED, EXIT_SPACE_EXH
 from evo._reuse import RunMemory
 from evo._workload_run import WorkloadRun
 from evo.strategies import Observation, Proposal, Strategy, make_strategy
-from fitness import (BuildConfig, EvalConfig, EvalResult, Status, Target, default_cache_dir, format_seconds, format_span,
+from evo.fitness import (BuildConfig, EvalConfig, EvalResult, Status, Target, default_cache_dir, format_seconds, format_span,
                      start_ray)
-from fitness.workers import Finished, Pipeline, PipelineConfig
-from kernel_genome import Constraint, Genome
-from seeds import KernelFamily, get_family, parse_workload
-from seeds._registry import family_folder
+from evo.fitness.workers import Finished, Pipeline, PipelineConfig
+from evo.kernel_genome import Constraint, Genome
+from evo.seeds import KernelFamily, get_family, parse_workload
+from evo.seeds import family_folder
 
 
 class Reporter(Protocol):
@@ -77,8 +77,8 @@ class Search:
             return None
         with signals_held():
             with contextlib.suppress(RunLost):
-                if self.store.get_run(self.run_id).status == "running":
-                    self.store.update_run(self.run_id, status="interrupted", message="stopped by the user")
+                if self.store.get_run(self.run_id).status == RunStatus.RUNNING:
+                    self.store.update_run(self.run_id, status=RunStatus.INTERRUPTED, message="stopped by the user")
             return self.store.get_run(self.run_id).status
 
     def _runs_fitness_shape(self) -> Constraint:
@@ -141,7 +141,7 @@ class Search:
         self.state.target_s = run.target_seconds
         release_ray = start_ray(self.ray_address, family_folder(self.family))  # before the run is marked running again
         self.store.claim(run_id)  # a driver that held it before stops at its next write
-        self.store.update_run(run_id, status="running", message=None)
+        self.store.update_run(run_id, status=RunStatus.RUNNING, message=None)
         return self._loop(run_id, pending, resumed=True, release_ray=release_ray)
 
     def _resume_shapes(self, run_id: int, history) -> dict[str, dict]:
@@ -171,20 +171,20 @@ class Search:
             else:
                 headline = self._headline(run_id, pipeline)
         except KeyboardInterrupt:
-            status = "interrupted"
+            status = RunStatus.INTERRUPTED
             raise
         except RunLost:
             status = "lost"  # another driver owns the run now: nothing more is written
             raise
         except BaseException as exc:
-            status = "failed"
+            status = RunStatus.FAILED
             with contextlib.suppress(Exception):  # a database that failed (full, gone) may take no more writes
-                self.store.update_run(run_id, status="failed", message=f"{type(exc).__name__}: {exc}"[:2000])
+                self.store.update_run(run_id, status=RunStatus.FAILED, message=f"{type(exc).__name__}: {exc}"[:2000])
             raise
         finally:
             heartbeat.stop()
             self.asker.close()
-            if status == "interrupted":
+            if status == RunStatus.INTERRUPTED:
                 self.mark_interrupted()
             if pipeline is not None:
                 pipeline.close()
@@ -209,14 +209,14 @@ class Search:
                 finished = self._poll(pipeline, 0.02 if self.asker.asking else 0.5)
                 for item in finished:
                     self._record(run_id, item, pipeline)
-                if stop_reason in (None, "budget_exhausted", "space_exhausted"):
+                if stop_reason in (None, RunStatus.BUDGET_EXHAUSTED, RunStatus.SPACE_EXHAUSTED):
                     # a result meets the target whenever it comes: also one still on its way once the budget
                     # is all submitted, or the last of a space
                     self._gate_best_qualifier(run_id, pipeline)
                     stop_reason = self._stop_reason() if self._target_reached() or self._all_failing() else stop_reason
                 strategy_dry = strategy_dry and not finished
                 stop_reason = stop_reason or self._stop_reason()
-                if stop_reason in ("time_exhausted", "target_reached", "all_failed"):
+                if stop_reason in (RunStatus.TIME_EXHAUSTED, RunStatus.TARGET_REACHED, RunStatus.ALL_FAILED):
                     # what is still on its way stays unevaluated (after a time budget --resume finishes it): once
                     # a kernel has met the target through the gate, timing more only spends the GPU
                     return stop_reason
@@ -230,7 +230,7 @@ class Search:
                     self.asker.start(size, self.state.generation + 1)
                 in_flight = pipeline.in_flight + len(self.memory.waiting) + self.asker.asking
                 if stop_reason is None and strategy_dry and in_flight == 0:
-                    stop_reason = "space_exhausted"
+                    stop_reason = RunStatus.SPACE_EXHAUSTED
                 if stop_reason is not None and in_flight == 0:
                     return stop_reason
         finally:
@@ -238,13 +238,13 @@ class Search:
 
     def _stop_reason(self) -> str | None:
         if self._target_reached():
-            return "target_reached"
+            return RunStatus.TARGET_REACHED
         if self._all_failing():
-            return "all_failed"
+            return RunStatus.ALL_FAILED
         if self.config.time_budget_s is not None and time.monotonic() - self.state.started >= self.config.time_budget_s:
-            return "time_exhausted"
+            return RunStatus.TIME_EXHAUSTED
         if not self._budget_left():
-            return "budget_exhausted"
+            return RunStatus.BUDGET_EXHAUSTED
         return None
 
     def _all_failing(self) -> bool:
@@ -405,9 +405,9 @@ class Search:
             self.state.best_fitness_s, self.state.best_genome = fitness_s, genome
 
     def _outcome(self, run_id: int, status: str) -> SearchOutcome:
-        exit_code = {"target_reached": EXIT_TARGET_REACHED, "space_exhausted": EXIT_SPACE_EXHAUSTED,
-                     "all_failed": EXIT_ALL_FAILED}.get(status, EXIT_BUDGET_EXHAUSTED)
-        if self.target is None and status in ("budget_exhausted", "time_exhausted"):
+        exit_code = {RunStatus.TARGET_REACHED: EXIT_TARGET_REACHED, RunStatus.SPACE_EXHAUSTED: EXIT_SPACE_EXHAUSTED,
+                     RunStatus.ALL_FAILED: EXIT_ALL_FAILED}.get(status, EXIT_BUDGET_EXHAUSTED)
+        if self.target is None and status in (RunStatus.BUDGET_EXHAUSTED, RunStatus.TIME_EXHAUSTED):
             exit_code = EXIT_TARGET_REACHED
         s = self.state
         gated, gate_times = self._gate_winner or (None, ())

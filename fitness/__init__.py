@@ -1,10 +1,12 @@
 """fitness: build, screen, verify, benchmark and score candidates; Ray workers that run them."""
 
-from fitness._measurement import measurement_key
-from fitness._ray import RayUnavailable, check_ray_address, prepare_to_join, start_ray
-from fitness.build import BuildConfig, Builder, artifact_key, default_cache_dir
-from fitness.evaluate import EvalConfig, Evaluator, ShapePlan
-from fitness.records import (
+from pathlib import Path as _Path
+
+from evo.fitness._measurement import measurement_key
+from evo.fitness._ray import RayUnavailable, check_ray_address, prepare_to_join, start_ray
+from evo.fitness.build import BuildConfig, Builder, artifact_key, default_cache_dir
+from evo.fitness.evaluate import EvalConfig, Evaluator, ShapePlan
+from evo.fitness.records import (
     BuildResult,
     EvalResult,
     GateResult,
@@ -17,10 +19,12 @@ from fitness.records import (
     Status,
     to_jsonable,
 )
-from fitness.score import Target, format_seconds, format_span
-from fitness.screen import parse_ptxas, screen
+from evo.fitness.score import Target, format_seconds, format_span
+from evo.fitness.screen import parse_ptxas, screen
 
 __all__ = [
+    "FLUSH_FILE",
+    "QUEUED_FILE",
     "BuildConfig",
     "BuildResult",
     "Builder",
@@ -50,3 +54,7 @@ __all__ = [
     "start_ray",
     "to_jsonable",
 ]
+
+# what an exported package ships for its self-check (as evo_flush.py and evo_queued.py): the files themselves
+FLUSH_FILE = _Path(__file__).with_name("_flush.py")
+QUEUED_FILE = _Path(__file__).with_name("_queued.py")

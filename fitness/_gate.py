@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from fitness.records import GateRound
+from evo.fitness.records import GateRound
 
 GATE_AGREEMENT = 0.15  # the hard gate's rounds of one shape may lie at most this far apart
 

@@ -15,10 +15,10 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from fitness.benchmark import TIMING_METHOD
-from fitness.build import artifact_key
-from fitness.evaluate import EvalConfig
-from kernel_genome import Genome
+from evo.fitness.benchmark import TIMING_METHOD
+from evo.fitness.build import artifact_key
+from evo.fitness.evaluate import EvalConfig
+from evo.kernel_genome import Genome
 
 HARDWARE_FIELDS = ("device_kind", "device", "driver", "cuda", "torch", "threads")
 

@@ -22,10 +22,10 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from fitness._flush import reading_flush
-from fitness._queued import SpinQueue
-from fitness.records import ShapeTiming
-from seeds import TimingPlan
+from evo.fitness._flush import reading_flush
+from evo.fitness._queued import SpinQueue
+from evo.fitness.records import ShapeTiming
+from evo.seeds import TimingPlan
 
 CUDA_SAMPLE_TARGET_S = 500e-6  # a CUDA burst should last at least this long (one graph launch's cost spread thin)
 CUDA_MIN_BURST = 2  # launches a burst holds at least

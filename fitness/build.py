@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from fitness.records import BuildResult, Status
-from seeds import BuildRecipe
+from evo.fitness.records import BuildResult, Status
+from evo.seeds import BuildRecipe
 
 ARTIFACT_SUFFIX = {"shared_library": ".so", "cubin": ".cubin"}
 LOG_LIMIT = 20_000  # characters of compiler output kept in a record

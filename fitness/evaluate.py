@@ -22,13 +22,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fitness._gate import disagreement, outlier, over_target
-from fitness.benchmark import time_pair, time_runs
-from fitness.build import ARTIFACT_SUFFIX, cpu_name
-from fitness.records import (BuildResult, EvalResult, GateResult, GateRound, ScreenResult, ShapeCheck, ShapeTiming,
+from evo.fitness._gate import disagreement, outlier, over_target
+from evo.fitness.benchmark import time_pair, time_runs
+from evo.fitness.build import ARTIFACT_SUFFIX, cpu_name
+from evo.fitness.records import (BuildResult, EvalResult, GateResult, GateRound, ScreenResult, ShapeCheck, ShapeTiming,
                              StageSeconds, Status)
-from kernel_genome import Genome
-from seeds import KernelFamily, ProblemShape, Workload
+from evo.kernel_genome import Genome
+from evo.seeds import KernelFamily, ProblemShape, Workload
 
 ANCHOR_CUTOFF = 4.0  # a kernel over this many times the anchor's time at a shape is cut short there
 # The anchor is timed again after this long: on the H100 a flashcore workload evaluator timed cuDNN at 648 us at

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 import time
 
-from fitness.records import BuildResult, ResourceUsage, ScreenResult, Status
-from seeds import ScreenLimits
+from evo.fitness.records import BuildResult, ResourceUsage, ScreenResult, Status
+from evo.seeds import ScreenLimits
 
 _REGISTERS = re.compile(r"Used (\d+) registers")
 _SHARED = re.compile(r"(\d+) bytes smem")

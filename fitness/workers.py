@@ -18,15 +18,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from fitness._pacing import Pacing
-from fitness._ray import node_name
-from fitness._ray import short_error as _short
-from fitness.build import BuildConfig, Builder
-from fitness.evaluate import EvalConfig, Evaluator, ShapePlan
-from fitness.records import BuildResult, EvalResult, GateResult, ScreenResult, StageSeconds, Status, to_jsonable
-from fitness.screen import screen
-from kernel_genome import Genome
-from seeds import KernelFamily, get_family
+from evo.fitness._pacing import Pacing
+from evo.fitness._ray import node_name
+from evo.fitness._ray import short_error as _short
+from evo.fitness.build import BuildConfig, Builder
+from evo.fitness.evaluate import EvalConfig, Evaluator, ShapePlan
+from evo.fitness.records import BuildResult, EvalResult, GateResult, ScreenResult, StageSeconds, Status, to_jsonable
+from evo.fitness.screen import screen
+from evo.kernel_genome import Genome
+from evo.seeds import KernelFamily, get_family
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,10 @@
 A pure model: it imports nothing else of evo's.
 """
 
-from kernel_genome._genome import Genome
-from kernel_genome._knobs import Boolean, Choice, IntRange, Knob, KnobValue, PowerOfTwo
-from kernel_genome._operators import NoValidGenome, Offspring, crossover, mutate, repair, sample
-from kernel_genome._space import Constraint, Space
+from evo.kernel_genome._genome import Genome
+from evo.kernel_genome._knobs import Boolean, Choice, IntRange, Knob, KnobValue, PowerOfTwo
+from evo.kernel_genome._operators import NoValidGenome, Offspring, crossover, mutate, repair, sample
+from evo.kernel_genome._space import Constraint, Space
 
 __all__ = [
     "Boolean",

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from kernel_genome._knobs import KnobValue
+from evo.kernel_genome._knobs import KnobValue
 
 
 @dataclass(frozen=True)

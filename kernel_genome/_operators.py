@@ -10,8 +10,8 @@ import itertools
 import random
 from dataclasses import dataclass
 
-from kernel_genome._genome import Genome
-from kernel_genome._space import Space
+from evo.kernel_genome._genome import Genome
+from evo.kernel_genome._space import Space
 
 
 class NoValidGenome(Exception):

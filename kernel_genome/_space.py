@@ -9,8 +9,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
-from kernel_genome._genome import Genome
-from kernel_genome._knobs import Knob, KnobValue
+from evo.kernel_genome._genome import Genome
+from evo.kernel_genome._knobs import Knob, KnobValue
 
 
 @dataclass(frozen=True)

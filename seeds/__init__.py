@@ -1,6 +1,10 @@
 """Kernel families: one folder each with ``spec.py`` (defining FAMILY) and its sources."""
 
-from seeds._family import (
+from pathlib import Path
+
+from evo.seeds._family import (
+    BLOCK_SHARED_BYTES,
+    HOPPER_NVCC_FLAGS,
     BuildRecipe,
     Device,
     KernelFamily,
@@ -11,11 +15,15 @@ from seeds._family import (
     Tolerance,
     shape,
 )
-from seeds._dispatch import DispatchTable, distance
-from seeds._registry import family_names, get_family
-from seeds._workload import Workload, check_workload, load_workload_file, parse_workload, resolve_workload, workload
+from evo.seeds._dispatch import DispatchTable, distance
+from evo.seeds._registry import (family_file, family_folder, family_folders, family_names, get_family,
+                                 installed_families, is_path_reference)
+from evo.seeds._workload import Workload, check_workload, load_workload_file, parse_workload, resolve_workload, workload
 
 __all__ = [
+    "BLOCK_SHARED_BYTES",
+    "CUDA_RUNTIME_FILE",
+    "HOPPER_NVCC_FLAGS",
     "BuildRecipe",
     "DispatchTable",
     "Device",
@@ -28,11 +36,19 @@ __all__ = [
     "Workload",
     "check_workload",
     "distance",
+    "family_file",
+    "family_folder",
+    "family_folders",
     "family_names",
     "get_family",
+    "installed_families",
+    "is_path_reference",
     "load_workload_file",
     "parse_workload",
     "resolve_workload",
     "shape",
     "workload",
 ]
+
+# what an exported package ships beside its module (seeds/_cuda.py as evo_cuda.py): the files themselves
+CUDA_RUNTIME_FILE = Path(__file__).with_name("_cuda.py")

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernel_genome import Boolean, IntRange, PowerOfTwo
-from seeds._family import BuildRecipe
+from evo.kernel_genome import Boolean, IntRange, PowerOfTwo
+from evo.seeds._family import BuildRecipe
 
 HERE = Path(__file__).parent
 HEADERS = (HERE / "_hopper.cuh", HERE / "_blackwell.cuh")

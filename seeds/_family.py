@@ -11,13 +11,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
 
-from kernel_genome import Genome, Space
+from evo.kernel_genome import Genome, Space
 
 if TYPE_CHECKING:
-    from seeds._workload import Workload
+    from evo.seeds._workload import Workload
 
 Device = Literal["cpu", "cuda"]
 
+
+# Hopper (sm_90a: H100, H200), the GPU the CUDA families are built for; declared once here
+HOPPER_NVCC_FLAGS = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17")
+BLOCK_SHARED_BYTES = 227 * 1024  # the most shared memory one block may use on sm_90 (and sm_100)
 
 CODE_SUFFIXES = frozenset({".py", ".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".inl", ".toml"})
 _CATALOGUE = Path(__file__).resolve().parent  # seeds/: its shared helpers count for every built-in family
@@ -84,7 +88,7 @@ class ScreenLimits:
     """
 
     max_registers: int | None = 255
-    max_shared_bytes: int | None = 227 * 1024
+    max_shared_bytes: int | None = BLOCK_SHARED_BYTES
     max_spill_bytes: int | None = 0
     max_stack_bytes: int | None = None
 
@@ -132,7 +136,7 @@ class KernelFamily(abc.ABC):
         kernels, workload files), and the catalogue's shared helpers (seeds/_*.py, *.cuh)."""
         import inspect
 
-        from seeds._registry import family_file
+        from evo.seeds._registry import family_file
 
         files = {Path(inspect.getfile(type(self))).resolve()}
         found = family_file(self)
@@ -238,7 +242,7 @@ class KernelFamily(abc.ABC):
 
     def shape_distance(self, a: Mapping[str, int], b: Mapping[str, int]) -> float:
         """How far two shapes are, for a dispatching op's choice of the nearest workload shape."""
-        from seeds._dispatch import distance
+        from evo.seeds._dispatch import distance
 
         return distance(a, b, self.flag_dims + self.categorical_dims)
 

@@ -33,8 +33,8 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 if __package__:  # seeds._op, inside evo
-    from seeds import _dispatch as evo_dispatch
-    from seeds._decisions import DecisionFile, bucket_key, cache_path, device_context, time_calls, within
+    from evo.seeds import _dispatch as evo_dispatch
+    from evo.seeds._decisions import DecisionFile, bucket_key, cache_path, device_context, time_calls, within
 else:  # an exported package's evo_op.py, with evo_dispatch.py and evo_decisions.py beside it
     import evo_dispatch
     from evo_decisions import DecisionFile, bucket_key, cache_path, device_context, time_calls, within

@@ -21,7 +21,7 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-from seeds._family import KernelFamily
+from evo.seeds._family import KernelFamily
 
 ENTRY_POINT_GROUP = "evo.families"
 SPEC_FILE = "spec.py"  # a family folder's spec
@@ -29,12 +29,12 @@ SPEC_FILE = "spec.py"  # a family folder's spec
 
 def family_names() -> list[str]:
     """Names of the built-in families (sub-packages of ``seeds`` that have a ``spec`` module)."""
-    import seeds
+    import evo.seeds as seeds
 
     names = []
     for info in pkgutil.iter_modules(seeds.__path__):
         if info.ispkg and not info.name.startswith("_"):
-            if importlib.util.find_spec(f"seeds.{info.name}.spec") is not None:
+            if importlib.util.find_spec(f"evo.seeds.{info.name}.spec") is not None:
                 names.append(info.name)
     return sorted(names)
 
@@ -119,7 +119,7 @@ def _cached_family(reference: str) -> KernelFamily:
             raise ValueError(f"family {reference!r}: cannot import {module_name!r} ({exc})") from None
         family = getattr(module, attribute, None)
     elif reference in family_names():
-        family = importlib.import_module(f"seeds.{reference}.spec").FAMILY
+        family = importlib.import_module(f"evo.seeds.{reference}.spec").FAMILY
     elif reference in installed_families():
         return get_family(installed_families()[reference])
     elif (target := installed_by_name(reference)) is not None:
@@ -229,7 +229,7 @@ def family_file(family: KernelFamily) -> Path | None:
     if is_path_reference(reference):
         path = Path(location)
         return path / SPEC_FILE if path.is_dir() else path
-    module = location if ":" in reference else f"seeds.{reference}.spec"
+    module = location if ":" in reference else f"evo.seeds.{reference}.spec"
     try:
         found = importlib.util.find_spec(module)
     except (ImportError, ValueError):

@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from seeds._family import ProblemShape
+from evo.seeds._family import ProblemShape
 
 MAX_SHAPES = 1000  # shapes of one workload: each is verified (and most timed) for every kernel
 
 if TYPE_CHECKING:
-    from seeds._family import KernelFamily
+    from evo.seeds._family import KernelFamily
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ and run only on a compute capability 10.0 GPU."""
 
 import pytest
 
-from fitness import BuildConfig, Builder, EvalConfig, Evaluator, Status, screen
+from evo.fitness import BuildConfig, Builder, EvalConfig, Evaluator, Status, screen
 
 
 def assert_builds_and_passes_the_screen(family, genomes, cache_dir) -> None:

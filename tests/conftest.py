@@ -35,7 +35,7 @@ def repository_module():
 @pytest.fixture(scope="session")
 def ray_session():
     """One local Ray instance shared by the tests that need it (the search reuses it)."""
-    from fitness import start_ray
+    from evo.fitness import start_ray
 
     release = start_ray(None)
     yield
@@ -55,7 +55,7 @@ def _isolated_cache(tmp_path, monkeypatch):
 
 
 def have_nvcc() -> bool:
-    from fitness.build import compiler_command
+    from evo.fitness.build import compiler_command
 
     return shutil.which(compiler_command("nvcc")) is not None
 

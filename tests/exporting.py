@@ -7,9 +7,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-from db import Database, NewIndividual, Store, resolve_url
+from evo.db import Database, NewIndividual, Store, resolve_url
 from evo.cli import main
-from fitness import BuildConfig, Builder, EvalConfig, EvalResult, Evaluator, ShapeCheck, ShapeTiming, Status, screen
+from evo.fitness import BuildConfig, Builder, EvalConfig, EvalResult, Evaluator, ShapeCheck, ShapeTiming, Status, screen
 
 
 def store_evaluation(db, family, genome, result: EvalResult) -> None:

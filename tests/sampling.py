@@ -2,7 +2,7 @@
 
 import random
 
-from kernel_genome import Genome, Space
+from evo.kernel_genome import Genome, Space
 
 
 def covering_sample(space: Space, seed: int = 0) -> list[Genome]:

@@ -34,7 +34,7 @@ def test_a_bad_argument_is_a_value_error_naming_it_and_nothing_is_written(argume
 
 
 def test_a_family_object_is_taken_when_its_workers_can_load_it(tmp_path):
-    from seeds import get_family
+    from evo.seeds import get_family
     from tests.families.faulty import FaultyFamily
 
     loaded = get_family("tests.families.faulty:FAMILY")
@@ -55,7 +55,7 @@ def test_a_genome_that_cannot_run_the_fitness_shape_is_never_proposed_and_a_seed
     """A kernel that cannot take the shape its fitness is timed at (flashcore's classic design at a bf16
     workload: 828 of a search's 1,137 genomes were built and verified first) is outside the run's space: the
     strategy never proposes one, and a seed that is one is screened out by the loop itself, never built."""
-    from seeds import get_family
+    from evo.seeds import get_family
 
     family = get_family("cpu_gemm")
     assert family.seed_genomes[0]["pack_b"] is False

@@ -5,7 +5,7 @@ custom op's backward (PyTorch's SDPA backward) gives SDPA's gradients, also unde
 
 import pytest
 
-from seeds import get_family
+from evo.seeds import get_family
 from tests.exporting import export_stored, recorded_pass, run_standalone
 from tests.test_flashcore import WARP_SPECIALIZED
 

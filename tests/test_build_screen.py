@@ -1,7 +1,7 @@
 import pytest
 
-from fitness import BuildConfig, Builder, Status, parse_ptxas, screen
-from seeds import BuildRecipe, ScreenLimits, get_family
+from evo.fitness import BuildConfig, Builder, Status, parse_ptxas, screen
+from evo.seeds import BuildRecipe, ScreenLimits, get_family
 
 GEMM = get_family("cpu_gemm")
 
@@ -45,7 +45,7 @@ UNROLLED = """extern "C" void twice(float* x, int n) {
 
 
 def test_knob_macros_reach_pragmas_where_the_preprocessor_does_not_expand_them(cache_dir):
-    from fitness.build import expand_macros_in_pragmas
+    from evo.fitness.build import expand_macros_in_pragmas
 
     flags = ("-O2", "-fPIC", "-shared", "-DUNROLL=4")
     built = Builder(BuildConfig(cache_dir)).build("g", BuildRecipe(UNROLLED, "twice.cpp", "c++", flags, "shared_library"))

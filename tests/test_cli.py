@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from evo.cli import main
 from evo.experiment import load_experiment, parse_duration
-from fitness import Target
+from evo.fitness import Target
 
 
 def run_bad(argv, capsys, tmp_path, expected):
@@ -107,7 +107,7 @@ def test_bad_database_urls_never_echo_the_password(capsys, tmp_path):
 
 
 def test_outdated_database_is_refused_with_the_upgrade_hint(capsys, tmp_path):
-    from db import Database, resolve_url
+    from evo.db import Database, resolve_url
 
     db = tmp_path / "old.db"
     database = Database(resolve_url(str(db))).open()
@@ -129,7 +129,7 @@ def test_experiment_file_is_read_and_flags_override_it(tmp_path):
 
 def test_mission_retargets_a_copy_of_the_family():
     from evo.search import SearchConfig
-    from seeds import get_family
+    from evo.seeds import get_family
 
     plain, tall = get_family("cpu_gemm"), get_family(SearchConfig("cpu_gemm", mission="tall").family_reference)
     assert tall is get_family("cpu_gemm@tall") and tall.reference_key == "cpu_gemm@tall"
@@ -212,7 +212,7 @@ def test_the_default_family_needs_a_gpu_and_says_so(capsys, tmp_path):
 
 
 def test_lineage_of_a_missing_run_or_into_a_directory_is_refused(capsys, tmp_path):
-    from db import Database, Store, resolve_url
+    from evo.db import Database, Store, resolve_url
 
     db = tmp_path / "evo.db"
     Store(Database(resolve_url(str(db))).open()).create_run(family="cpu_gemm", strategy="evolution", target=None,
@@ -260,9 +260,9 @@ def test_a_ray_address_where_another_service_answers_is_refused_at_once(capsys, 
 def test_a_database_from_a_newer_evo_and_a_malformed_one_are_refused_untouched(capsys, tmp_path):
     import sqlite3
 
-    from db import Database, resolve_url
+    from evo.db import Database, resolve_url
 
-    from db import Store
+    from evo.db import Store
 
     newer = tmp_path / "newer.db"
     database = Database(resolve_url(str(newer))).open()
@@ -294,7 +294,7 @@ def test_output_that_cannot_be_written_is_one_line_and_a_reader_that_leaves_is_q
     import sys
 
     db = tmp_path / "evo.db"
-    from db import Database, Store, resolve_url
+    from evo.db import Database, Store, resolve_url
 
     store = Store(Database(resolve_url(str(db))).open())
     store.create_run(family="cpu_gemm", strategy="random", target=None, seed=0, config={})
@@ -305,3 +305,40 @@ def test_output_that_cannot_be_written_is_one_line_and_a_reader_that_leaves_is_q
     shell = subprocess.run(f"{sys.executable} -m evo runs --db {db} | head -c 10; exit ${{PIPESTATUS[0]}}",
                            shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=120)
     assert shell.returncode in (0, 141) and shell.stderr == "", shell.stderr
+
+
+def test_evo_runs_from_a_directory_holding_folders_named_as_its_parts(tmp_path):
+    """`evo` is the one top-level import name: a user's own db/, seeds/, fitness/ and kernel_genome/ folders in
+    the working directory (first on sys.path) shadow nothing of evo's."""
+    import subprocess
+    import sys
+
+    for name in ("db", "seeds", "fitness", "kernel_genome"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("raise ImportError('the user\\'s own folder, not evo\\'s')\n")
+    script = ("import evo, evo.api; from evo.db import Database; from evo.seeds import get_family\n"
+              "from evo.fitness import Status; from evo.kernel_genome import Space\n"
+              "assert get_family('cpu_gemm').name == 'cpu_gemm'; print('imports ok')")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "imports ok" in done.stdout, done.stderr[-2000:]
+    runs = subprocess.run([sys.executable, "-m", "evo", "runs", "--db", str(tmp_path / "none.db")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert runs.returncode == 0 and "no runs yet" in runs.stdout, runs.stderr[-2000:]
+
+
+def test_every_search_flag_is_documented_once():
+    """docs/USING.md's flag reference holds each `evo search` flag exactly once, and no flag the parser lacks."""
+    import argparse
+    import re
+    from pathlib import Path
+
+    from evo.cli import build_parser
+
+    search = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["search"]
+    flags = {o for a in search._actions for o in a.option_strings if o.startswith("--") and o != "--help"
+             and not o.startswith("--no-")}
+    text = (Path(__file__).resolve().parents[1] / "docs" / "USING.md").read_text()
+    section = text.split("## `evo search` flags", 1)[1]
+    documented = [flag for line in section.splitlines() if line.startswith("- `--")
+                  for flag in re.findall(r"`(--[a-z-]+)", line.split(":", 1)[0]) if not flag.startswith("--no-")]
+    assert sorted(documented) == sorted(flags)

@@ -6,9 +6,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 
-from db import Database, NewIndividual, ParentLink, SchemaError, Store, resolve_url, safe_url
-from db.models import Base
-from fitness import EvalResult, ShapeTiming, Status
+from evo.db import Database, NewIndividual, ParentLink, SchemaError, Store, resolve_url, safe_url
+from evo.db.models import Base
+from evo.fitness import EvalResult, ShapeTiming, Status
 
 
 def make_db(tmp_path, name="evo.db"):
@@ -131,7 +131,7 @@ def test_store_round_trip_with_lineage_and_evaluations(database_url):
 def test_a_driver_whose_run_was_taken_over_stops_at_its_next_write_and_writes_nothing(tmp_path):
     """Two drivers of one run (the first was stopped, `--resume` took the run over): the first one's writes are
     refused, in the transaction that would write them, and nothing of it lands."""
-    from db import RunLost
+    from evo.db import RunLost
 
     first, second = Store(make_db(tmp_path).open()), Store(make_db(tmp_path).open())
     run = first.create_run(family="cpu_gemm", strategy="random", target=None, seed=0, config={})

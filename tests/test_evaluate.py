@@ -1,7 +1,7 @@
 import pytest
 
-from fitness import BuildConfig, Builder, EvalConfig, Evaluator, Status, screen
-from seeds import get_family
+from evo.fitness import BuildConfig, Builder, EvalConfig, Evaluator, Status, screen
+from evo.seeds import get_family
 from tests.conftest import FAULTY
 
 
@@ -28,8 +28,8 @@ def test_cpu_gemm_seed_verifies_and_is_timed_with_its_anchor(tmp_path):
 
 @pytest.mark.parametrize("cold", [False, True])
 def test_cold_cache_timing_flushes_the_cache_before_every_timed_run(monkeypatch, tmp_path, cold):
-    import fitness.benchmark as benchmark
-    from seeds import TimingPlan
+    import evo.fitness.benchmark as benchmark
+    from evo.seeds import TimingPlan
 
     calls = []
     monkeypatch.setattr(benchmark, "reading_flush", lambda device: lambda: calls.append("flush"))
@@ -51,7 +51,7 @@ def test_cold_cache_timing_flushes_the_cache_before_every_timed_run(monkeypatch,
     ({}, 0),
 ])
 def test_the_flush_reads_twice_the_largest_cache_sysfs_reports(tmp_path, sizes, expected):
-    from fitness import _flush
+    from evo.fitness import _flush
 
     for index, text in sizes.items():
         (tmp_path / index).mkdir()
@@ -116,7 +116,7 @@ def test_the_hard_gate_fails_a_kernel_slower_than_the_target(tmp_path):
 
 
 def test_the_watchdog_is_a_multiple_of_the_anchor_pass_between_a_floor_and_the_cap(tmp_path):
-    from fitness.workers import PipelineConfig
+    from evo.fitness.workers import PipelineConfig
 
     config = PipelineConfig(BuildConfig(tmp_path), eval_timeout_s=300.0, watchdog_factor=20.0, watchdog_min_s=5.0)
     assert config.watchdog_s(0.01) == 5.0  # a quick anchor: the floor
@@ -154,7 +154,7 @@ def test_a_kernel_verified_only_where_it_runs_and_screened_out_where_it_cannot_r
 def test_the_anchor_is_timed_again_once_its_timing_is_older_than_the_refresh(monkeypatch, tmp_path):
     """A workload evaluator timed cuDNN 10% slow as it started and kept that figure for the whole search; the
     anchor is now re-timed every ANCHOR_REFRESH_S, and the watchdog keeps the first pass's time."""
-    import fitness.evaluate as evaluate_module
+    import evo.fitness.evaluate as evaluate_module
 
     family = get_family("cpu_gemm")
     evaluator = Evaluator(family, EvalConfig(trials=1), tmp_path / "loaded")

@@ -7,10 +7,10 @@ import textwrap
 
 import pytest
 
-from db import Database, NewIndividual, Store, resolve_url
+from evo.db import Database, NewIndividual, Store, resolve_url
 from evo.cli import main
-from fitness import BuildConfig, Builder, EvalConfig, EvalResult, Evaluator, Status, screen
-from seeds import get_family
+from evo.fitness import BuildConfig, Builder, EvalConfig, EvalResult, Evaluator, Status, screen
+from evo.seeds import get_family
 
 FAMILY = get_family("cpu_gemm")
 

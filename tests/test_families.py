@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from evo.cli import main
-from seeds import get_family
+from evo.seeds import get_family
 from tests.test_search import rows
 
 DEMO_SPEC = '''
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from kernel_genome import Choice, Space
-from seeds import BuildRecipe, KernelFamily, TimingPlan, Tolerance, shape
+from evo.kernel_genome import Choice, Space
+from evo.seeds import BuildRecipe, KernelFamily, TimingPlan, Tolerance, shape
 
 SPACE = Space([Choice("unroll", (1, 2, 4, 8), ordered=True, description="unroll of the loop")])
 
@@ -129,7 +129,7 @@ def test_an_installed_packages_family_is_found_by_its_entry_point(tmp_path, monk
                                            "faulty_again = tests.families.faulty:ALSO_FAULTY\n")
     import importlib
 
-    from seeds._registry import _cached_family
+    from evo.seeds._registry import _cached_family
 
     importlib.invalidate_caches()
     _cached_family.cache_clear()
@@ -255,7 +255,7 @@ def test_new_family_then_search_then_export_then_a_self_check_without_evo(tmp_pa
 
 @pytest.mark.nvcc
 def test_the_cuda_skeleton_builds_and_screens_at_every_knob_value(tmp_path, monkeypatch):
-    from fitness import BuildConfig, Builder, Status, screen
+    from evo.fitness import BuildConfig, Builder, Status, screen
 
     monkeypatch.chdir(tmp_path)
     assert main(["new-family", "softmax", "--device", "cuda"]) == 0
@@ -301,7 +301,7 @@ def test_the_cuda_skeleton_searched_exported_and_self_checked_on_the_gpu(tmp_pat
 def test_a_family_folder_sent_to_another_node_is_found_in_its_runtime_environment(tmp_path, monkeypatch):
     """On a cluster's other machines the driver's path does not exist: Ray's runtime environment puts the
     folder on the worker's import path (py_modules), and the registry loads that copy."""
-    from seeds._registry import family_folder
+    from evo.seeds._registry import family_folder
 
     shipped = tmp_path / "ray_runtime_resources"
     shipped.mkdir()

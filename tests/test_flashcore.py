@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fitness import BuildConfig, Builder, EvalConfig, Evaluator, Status, screen
-from seeds import get_family, shape
+from evo.fitness import BuildConfig, Builder, EvalConfig, Evaluator, Status, screen
+from evo.seeds import get_family, shape
 from tests.sampling import covering_sample
 
 FAMILY = get_family("flashcore")
@@ -125,8 +125,8 @@ def test_constraints_exclude_what_the_kernel_cannot_build():
 
 
 def test_the_warp_specialized_design_reads_its_own_knobs_only():
-    from seeds.flashcore.plan import grid, grid_workspace, shared_bytes, warps
-    from seeds.flashcore.runtime import takes
+    from evo.seeds.flashcore.plan import grid, grid_workspace, shared_bytes, warps
+    from evo.seeds.flashcore.runtime import takes
 
     space = FAMILY.space
     assert all(space.is_valid(g) for g in (WARP_SPECIALIZED, WS_OVERLAP, WS_PINGPONG, WS_ONE_CONSUMER))
@@ -158,7 +158,7 @@ def test_a_mission_may_be_a_shape_of_the_family_s_workloads():
 
 
 def test_a_workload_file_may_leave_out_the_k_v_heads_and_the_element_type(tmp_path):
-    from seeds._workload import load_workload_file
+    from evo.seeds._workload import load_workload_file
 
     file = tmp_path / "llama.toml"
     file.write_text('[workload]\nshapes = [ { name = "mha", b = 1, h = 8, s = 256, d = 64, causal = 0 },\n'
@@ -172,7 +172,7 @@ def test_a_workload_file_may_leave_out_the_k_v_heads_and_the_element_type(tmp_pa
 
 
 def test_shared_stages_launch_whole_clusters_at_d64_only():
-    from seeds.flashcore.space import grid, shared_bytes
+    from evo.seeds.flashcore.space import grid, shared_bytes
 
     assert grid(SHARED_STAGES, 300, 8, 64) == (10, 8)  # 300 rows / 32 = 10 query blocks: whole pairs
     assert grid(SHARED_STAGES.replace(kv_share_d64=4), 300, 8, 64) == (12, 8)  # rounded up to whole clusters
@@ -182,7 +182,7 @@ def test_shared_stages_launch_whole_clusters_at_d64_only():
 
 
 def test_grid_split_launches_its_blocks_and_sizes_its_workspace():
-    from seeds.flashcore.space import grid, grid_workspace, shared_bytes
+    from evo.seeds.flashcore.space import grid, grid_workspace, shared_bytes
 
     assert grid(GRID_SPLIT, 512, 8, 64) == (16, 8)  # 8 query blocks of 64 rows, 2 blocks each
     assert grid(GRID_SPLIT.replace(grid_kv_split=4), 300, 8, 128) == (20, 8)  # 5 query blocks
@@ -200,7 +200,7 @@ def test_runs_stored_before_the_cluster_grid_and_stage_wait_knobs_read_as_withou
 
 
 def test_cluster_split_holds_every_split_record_and_the_merge_barriers():
-    from seeds.flashcore.space import shared_bytes
+    from evo.seeds.flashcore.space import shared_bytes
 
     # D = 64: Q 64 x 64 halves, 2 stages of 64-key K and V tiles, then the records of the cluster's 2
     # splits (64 rows of 68 floats, and 4 floats a row) and 128 bytes of mbarriers
@@ -210,14 +210,14 @@ def test_cluster_split_holds_every_split_record_and_the_merge_barriers():
 
 
 def test_announced_stages_carve_out_their_barriers():
-    from seeds.flashcore.space import shared_bytes
+    from evo.seeds.flashcore.space import shared_bytes
 
     for d in (64, 128):  # full K, full V and empty mbarriers of 3 stages: 72 bytes, one 128-byte region
         assert shared_bytes(ANNOUNCED, d) == shared_bytes(MISSION, d) + 128
 
 
 def test_tma_stages_carve_out_their_barriers_at_d64_only():
-    from seeds.flashcore.space import shared_bytes
+    from evo.seeds.flashcore.space import shared_bytes
 
     # full K and full V of 3 stages and the Q tile's: 56 bytes, one 128-byte region
     assert shared_bytes(TMA_STAGES, 64) == shared_bytes(MISSION, 64) + 128
@@ -276,7 +276,7 @@ def test_exported_kernel_checks_itself_in_a_fresh_process(tmp_path, genome):
     import subprocess
     import sys
 
-    from db import Database, NewIndividual, Store, resolve_url
+    from evo.db import Database, NewIndividual, Store, resolve_url
     from evo.cli import main
 
     db = tmp_path / "evo.db"
@@ -305,3 +305,10 @@ def test_exported_kernel_checks_itself_in_a_fresh_process(tmp_path, genome):
               "print('long ok')\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert done.returncode == 0 and "long ok" in done.stdout, done.stderr[-2000:]
+
+
+def test_the_shipped_plan_holds_the_contracts_shared_memory_limit():
+    from evo.seeds import BLOCK_SHARED_BYTES
+    from evo.seeds.flashcore import plan
+
+    assert plan.SMEM_LIMIT == BLOCK_SHARED_BYTES

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from db import Database, Store, resolve_url
+from evo.db import Database, Store, resolve_url
 from evo.cli import main
-from seeds import get_family
+from evo.seeds import get_family
 from tests.conftest import FAULTY
 
 SCHEMES = ["sqlite", "sqlite+pysqlite", "postgresql", "postgresql+psycopg", "mysql", "bogus", "", "sqlite:"]

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import kernel_genome as kg
-from kernel_genome import Boolean, Choice, Constraint, Genome, IntRange, PowerOfTwo, Space
+import evo.kernel_genome as kg
+from evo.kernel_genome import Boolean, Choice, Constraint, Genome, IntRange, PowerOfTwo, Space
 
 SPACE = Space(
     [
@@ -161,7 +161,7 @@ def test_malformed_genomes_only_raise_value_error(values):
 def test_a_recorded_space_holds_only_its_members_and_samples_from_them():
     import random
 
-    from kernel_genome import Choice, Space, mutate, sample
+    from evo.kernel_genome import Choice, Space, mutate, sample
 
     members = [{"a": 1, "b": "x"}, {"a": 4, "b": "y"}, {"a": 8, "b": "x"}]
     space = Space([Choice("a", (1, 2, 4, 8), ordered=True), Choice("b", ("x", "y"))], members=members)

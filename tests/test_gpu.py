@@ -5,9 +5,9 @@ import sqlite3
 
 import pytest
 
-from fitness import BuildConfig, Builder, EvalConfig, Status, screen
-from fitness.workers import Pipeline, PipelineConfig
-from seeds import get_family
+from evo.fitness import BuildConfig, Builder, EvalConfig, Status, screen
+from evo.fitness.workers import Pipeline, PipelineConfig
+from evo.seeds import get_family
 
 CUDA_AXPY = "tests.families.cuda_axpy:FAMILY"
 
@@ -72,8 +72,8 @@ def test_cold_cache_timing_on_the_gpu():
     """--cold-cache on CUDA: one launch per sample between events, after the L2 is flushed."""
     import torch
 
-    from fitness.benchmark import time_runs
-    from seeds import TimingPlan
+    from evo.fitness.benchmark import time_runs
+    from evo.seeds import TimingPlan
 
     x = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
     y = torch.empty_like(x)
@@ -90,7 +90,7 @@ def test_a_host_gap_inside_a_sample_is_not_timed():
 
     import torch
 
-    from fitness._queued import SpinQueue
+    from evo.fitness._queued import SpinQueue
 
     x = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
     y = torch.empty_like(x)

@@ -9,9 +9,9 @@ import dataclasses
 import pytest
 
 import evo
-from db import Database, Memory, Store, resolve_url
-from fitness import EvalConfig, measurement_key
-from seeds import get_family
+from evo.db import Database, Memory, Store, resolve_url
+from evo.fitness import EvalConfig, measurement_key
+from evo.seeds import get_family
 
 HARDWARE = {"device_kind": "cuda", "device": "NVIDIA H100 80GB HBM3", "driver": "580.159.04", "cuda": "13.0",
             "torch": "2.11.0", "host": "gpu-1"}
@@ -72,7 +72,7 @@ def _evaluations(db):
     with store.database.session() as s:
         from sqlalchemy import select
 
-        from db.models import Evaluation, Individual
+        from evo.db.models import Evaluation, Individual
         return [(i.run_id, i.genome_id, i.origin, e.status, e.fitness_s, e.reused_from, e.measurement_key, e.message)
                 for e, i in s.execute(select(Evaluation, Individual).join(Individual).order_by(Evaluation.id)).all()]
 

@@ -7,9 +7,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from fitness.build import compiler_command
-from seeds.nvfp4_gemm.formats import e2m1_value
-from seeds.nvfp4_gemm.spec import HERE
+from evo.fitness.build import compiler_command
+from evo.seeds.nvfp4_gemm.formats import e2m1_value
+from evo.seeds.nvfp4_gemm.spec import HERE
 
 PROGRAM = r"""
 #include <cstdio>

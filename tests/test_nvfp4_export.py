@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from seeds import get_family
+from evo.seeds import get_family
 from tests.exporting import assert_rebuilds, export_stored, export_verified, recorded_pass, run_standalone
 from tests.test_nvfp4_gemm import CLUSTER_L2, ONE_WARPGROUP, PRODUCER
 
@@ -29,7 +29,7 @@ def test_the_package_holds_the_launcher_and_needs_no_evo(tmp_path):
     assert "#define SPLIT_CLUSTER_L2 1" in (out / "kernel.cu").read_text()
     # verified as the evaluator verifies: |out - ref| <= 1e-3 + 1e-3 |ref| elementwise
     assert json.loads((out / "metadata.json").read_text())["tolerance"] == dict(max_abs=1e-3, max_rel_l2=1e-3, rtol=1e-3)
-    from seeds.nvfp4_gemm.launch import grid, shared_bytes, splits
+    from evo.seeds.nvfp4_gemm.launch import grid, shared_bytes, splits
 
     fits = {2: 66, 4: 16, 8: 8}
     plans = {s.name: (grid(genome, s, splits(genome, s, 132, fits.__getitem__)), shared_bytes(genome)) for s in shapes}

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from seeds.nvfp4_gemm import formats as f
+from evo.seeds.nvfp4_gemm import formats as f
 
 
 def test_every_e2m1_code_has_the_formats_value():

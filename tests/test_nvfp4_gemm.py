@@ -3,8 +3,8 @@ design points are correct on every shape and scale layout (GPU)."""
 
 import pytest
 
-from fitness import BuildConfig, Builder, EvalConfig, Evaluator, Status, screen
-from seeds import get_family
+from evo.fitness import BuildConfig, Builder, EvalConfig, Evaluator, Status, screen
+from evo.seeds import get_family
 from tests.sampling import covering_sample
 
 FAMILY = get_family("nvfp4_gemm")
@@ -103,7 +103,7 @@ def test_every_knob_value_compiles_and_passes_the_screen(cache_dir):
 
 
 def test_constraints_launch_and_workspace():
-    from seeds.nvfp4_gemm.launch import grid, shared_bytes, split_workspace, splits
+    from evo.seeds.nvfp4_gemm.launch import grid, shared_bytes, split_workspace, splits
 
     space = FAMILY.space
     assert space.is_valid(SEED.replace(block_m=64, warps_m=4))  # 16 rows a warp
@@ -126,7 +126,7 @@ def test_constraints_launch_and_workspace():
     assert not space.is_valid(CLUSTER.replace(wgmma_in_flight=2, stage_sync="mbarriers"))  # cp.async: groups
     assert shared_bytes(TMA_MBARRIERS) == 4 * (128 * 128 * 2 + 128 * (64 + 8)) + 1024 + 4 * 16  # full and empty
     # a's producer warpgroup fills the same stages (mbarrier-handed TMA stages only), with 128 more threads
-    from seeds.nvfp4_gemm.launch import threads
+    from evo.seeds.nvfp4_gemm.launch import threads
 
     assert shared_bytes(PRODUCER) == shared_bytes(ONE_WARPGROUP)
     assert (threads(ONE_WARPGROUP), threads(PRODUCER), threads(PRODUCER_CLUSTER_L2)) == (128, 256, 384)
@@ -176,7 +176,7 @@ def test_constraints_launch_and_workspace():
 
 
 def test_the_skinny_design_reads_its_own_knobs_alone():
-    from seeds.nvfp4_gemm.launch import skinny_grid
+    from evo.seeds.nvfp4_gemm.launch import skinny_grid
 
     space = FAMILY.space
     # a skinny genome holds the tile kernel's knobs at the seed's (one mutation reaches it from any tile genome),
@@ -195,7 +195,7 @@ def test_the_skinny_design_reads_its_own_knobs_alone():
 
 
 def test_shapes_it_cannot_compute_are_refused_clearly():
-    from seeds.nvfp4_gemm.spec import gemm_shape
+    from evo.seeds.nvfp4_gemm.spec import gemm_shape
 
     with pytest.raises(ValueError, match="multiple of 128"):
         FAMILY.check_shape(gemm_shape("odd", 1, 128, 128, 1000))

@@ -5,10 +5,10 @@ shape and both scale layouts."""
 
 import pytest
 
-from seeds import get_family
-from seeds._family import shape
-from seeds.nvfp4_gemm.spec import FAMILY as HOPPER
-from seeds.nvfp4_gemm_sm100.spec import SMEM_LIMIT, shared_bytes, splits, tmem_columns
+from evo.seeds import get_family
+from evo.seeds._family import shape
+from evo.seeds.nvfp4_gemm.spec import FAMILY as HOPPER
+from evo.seeds.nvfp4_gemm_sm100.spec import SMEM_LIMIT, shared_bytes, splits, tmem_columns
 from tests.blackwell import assert_builds_and_passes_the_screen, assert_recorded_unverified, assert_verified_or_refused
 from tests.sampling import covering_sample
 

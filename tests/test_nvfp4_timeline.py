@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fitness import BuildConfig, Builder, Status
+from evo.fitness import BuildConfig, Builder, Status
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import nvfp4_timeline as timeline  # noqa: E402

@@ -4,7 +4,7 @@ CUDA-graph capture, the caller's stream, and concurrent first calls from threads
 
 import pytest
 
-from seeds import get_family
+from evo.seeds import get_family
 from tests.exporting import export_stored, recorded_pass, run_standalone
 from tests.test_flashcore import WARP_SPECIALIZED
 from tests.test_vit_gemm import CLUSTERED

@@ -83,7 +83,7 @@ def test_a_database_server_error_names_its_cause_and_its_fix(parts, cause, fix, 
     ("something else entirely", ""),
 ])
 def test_the_fix_named_for_each_database_error_a_user_can_fix(message, fix):
-    from db.session import fix_for
+    from evo.db.session import fix_for
 
     assert fix in fix_for(message) and (fix_for(message) == "") == (fix == "")
 
@@ -107,7 +107,7 @@ def test_a_database_of_another_application_is_never_touched(tmp_path, monkeypatc
 def stored(tmp_path):
     """A database with one run of one evaluated cpu_gemm genome (recorded by hand)."""
     from tests.exporting import recorded_pass, store_evaluation
-    from seeds import get_family
+    from evo.seeds import get_family
 
     family = get_family("cpu_gemm")
     genome = family.seed_genomes[0]
@@ -261,10 +261,10 @@ def _run_with(db, status, *, evaluations=0, heard_s_ago=None, host="elsewhere", 
     """A run stored by hand with ``status``, ``evaluations`` evaluated seeds' worth of rows, and a heartbeat."""
     from datetime import datetime, timedelta, timezone
 
-    from db import Database, NewIndividual, Store, resolve_url
-    from db.models import Run
-    from fitness import EvalResult, Status
-    from seeds import get_family
+    from evo.db import Database, NewIndividual, Store, resolve_url
+    from evo.db.models import Run
+    from evo.fitness import EvalResult, Status
+    from evo.seeds import get_family
 
     store = Store(Database(resolve_url(str(db))).open())
     run = store.create_run(family="cpu_gemm", strategy="evolution", target=None, seed=0,
@@ -340,9 +340,9 @@ def test_a_database_evo_cannot_write_is_read_as_it_is(stored, tmp_path, monkeypa
 
 
 def test_an_unsteady_timing_is_taken_again_then_flagged(monkeypatch):
-    from fitness import benchmark
-    from fitness.benchmark import UNSTABLE_SPREAD, time_runs
-    from seeds import TimingPlan
+    from evo.fitness import benchmark
+    from evo.fitness.benchmark import UNSTABLE_SPREAD, time_runs
+    from evo.seeds import TimingPlan
 
     now = [0.0]  # a clock the runs advance: a shared CI machine's scheduler cannot make a steady run unsteady
     monkeypatch.setattr(benchmark.time, "perf_counter", lambda: now[0])
@@ -364,9 +364,9 @@ def test_an_unsteady_timing_is_taken_again_then_flagged(monkeypatch):
 
 
 def test_the_hard_gate_fails_rounds_that_disagree(tmp_path, monkeypatch):
-    from fitness import BuildConfig, Builder, EvalConfig, Evaluator, ShapeTiming
-    from fitness._gate import GATE_AGREEMENT
-    from seeds import get_family
+    from evo.fitness import BuildConfig, Builder, EvalConfig, Evaluator, ShapeTiming
+    from evo.fitness._gate import GATE_AGREEMENT
+    from evo.seeds import get_family
 
     family = get_family("cpu_gemm")
     genome = family.seed_genomes[0].replace(loop_order="register", rows_per_step=4, vec_width=8, block_k=64)
@@ -397,7 +397,7 @@ def test_the_self_check_says_where_its_times_differ_from_the_exports(repository_
 
 
 def test_the_loop_asks_early_enough_to_keep_every_evaluator_busy():
-    from fitness._pacing import Pacing
+    from evo.fitness._pacing import Pacing
 
     pacing = Pacing()
     ask = dict(population=8, isolated=False)
@@ -420,8 +420,8 @@ def test_the_loop_asks_early_enough_to_keep_every_evaluator_busy():
 
 
 def test_a_confirmation_beside_the_anchor_asks_its_ratios_to_agree():
-    from fitness import GateRound
-    from fitness._gate import disagreement
+    from evo.fitness import GateRound
+    from evo.fitness._gate import disagreement
 
     targets = (("a", None),)
     slowed = [GateRound(True, t, "", (("a", t),), (("a", 2 * t),)) for t in (1e-3, 1.4e-3, 1.1e-3)]

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from fitness import BuildConfig, EvalConfig, Status
-from fitness.workers import Pipeline, PipelineConfig
-from seeds import get_family
+from evo.fitness import BuildConfig, EvalConfig, Status
+from evo.fitness.workers import Pipeline, PipelineConfig
+from evo.seeds import get_family
 from tests.conftest import FAULTY
 
 pytestmark = pytest.mark.slow

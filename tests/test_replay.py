@@ -78,9 +78,9 @@ def test_evo_replay_prints_the_table_and_refuses_bad_input(tmp_path, capsys):
 
 
 def test_an_evo_run_is_a_recorded_space(tmp_path, capsys):
-    from db import Database, NewIndividual, Store, resolve_url
-    from fitness import EvalResult, Status
-    from seeds import get_family
+    from evo.db import Database, NewIndividual, Store, resolve_url
+    from evo.fitness import EvalResult, Status
+    from evo.seeds import get_family
 
     family = get_family("cpu_gemm")
     store = Store(Database(resolve_url(str(tmp_path / "evo.db"))).open())

@@ -325,7 +325,7 @@ def test_the_printed_speedup_is_what_the_exported_self_check_finds(ray_session, 
     self-check, run right after with the same PyTorch threads, times it the same way. The two agree within the
     spread a steady timing allows (rounds 15% apart are unsteady), or one of them says unsteady and claims nothing."""
     from evo._headline import CONFIRM_ROUNDS
-    from fitness._gate import GATE_AGREEMENT
+    from evo.fitness._gate import GATE_AGREEMENT
 
     db = tmp_path / "evo.db"
     assert main(["search", "--family", "cpu_gemm", "--budget", "8", "--db", str(db), "--trials", "1"]) == 0
@@ -386,7 +386,7 @@ def test_a_database_that_fails_mid_run_is_one_line_exit_1_and_the_run_failed(ray
 
     from sqlalchemy.exc import OperationalError
 
-    from db import Store
+    from evo.db import Store
 
     db = tmp_path / "evo.db"
     recorded = Store.record_evaluation

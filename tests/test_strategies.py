@@ -3,7 +3,7 @@ import math
 import pytest
 
 from evo.strategies import SAMPLERS, STRATEGIES, EvolutionStrategy, Observation, make_strategy
-from seeds import get_family
+from evo.seeds import get_family
 
 FAMILY = get_family("cpu_gemm")
 SPACE = FAMILY.space
@@ -245,7 +245,7 @@ def test_the_surrogates_random_warm_up_asks_random_genomes_until_the_model_has_e
 
 def test_the_surrogate_sees_products_and_ratios_of_numeric_knobs_and_spreads_its_batch(monkeypatch):
     from evo.strategies.surrogate import SurrogateStrategy
-    from kernel_genome import Choice, Space
+    from evo.kernel_genome import Choice, Space
 
     with_pairs = SurrogateStrategy._features  # positions, then the pairs' columns
 

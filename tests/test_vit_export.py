@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from seeds import get_family
+from evo.seeds import get_family
 from tests.exporting import assert_rebuilds, export_stored, export_verified, recorded_pass, run_standalone
 from tests.test_vit_gemm import CLUSTERED, FOLDED, PINGPONG
 
@@ -28,7 +28,7 @@ def test_the_package_holds_the_launcher_and_needs_no_evo(tmp_path):
                                                "evo_queued.py", "evo_dispatch.py", "evo_op.py", "evo_decisions.py",
                                                "prepare.py", "README.md"}
     assert "#define CLUSTER 2" in (out / "kernel.cu").read_text()
-    from seeds.vit_gemm.launch import blocks, shared_bytes
+    from evo.seeds.vit_gemm.launch import blocks, shared_bytes
 
     plans = {s.name: [blocks(genome, s, 132), shared_bytes(genome)] for s in FAMILY.shapes}
     shown = run_standalone(f"""

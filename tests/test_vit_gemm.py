@@ -3,9 +3,9 @@ the ptxas screen (CPU CI, with nvcc); sampled genomes are correct on every shape
 
 import pytest
 
-from fitness import BuildConfig, Builder, EvalConfig, Evaluator, Status, screen
-from seeds import get_family, shape
-from seeds.vit_gemm.launch import block_m, shared_bytes
+from evo.fitness import BuildConfig, Builder, EvalConfig, Evaluator, Status, screen
+from evo.seeds import get_family, shape
+from evo.seeds.vit_gemm.launch import block_m, shared_bytes
 from tests.sampling import covering_sample
 
 FAMILY = get_family("vit_gemm")

@@ -4,9 +4,9 @@ unverified and a search is refused; on such a GPU sampled genomes are verified o
 
 import pytest
 
-from seeds import get_family
-from seeds.vit_gemm.spec import FAMILY as HOPPER
-from seeds.vit_gemm_sm100.spec import SMEM_LIMIT, shared_bytes
+from evo.seeds import get_family
+from evo.seeds.vit_gemm.spec import FAMILY as HOPPER
+from evo.seeds.vit_gemm_sm100.spec import SMEM_LIMIT, shared_bytes
 from tests.blackwell import assert_builds_and_passes_the_screen, assert_recorded_unverified, assert_verified_or_refused
 from tests.sampling import covering_sample
 

@@ -9,10 +9,10 @@ import textwrap
 
 import pytest
 
-from db import Database, NewIndividual, Store, resolve_url
+from evo.db import Database, NewIndividual, Store, resolve_url
 from evo.cli import main
-from fitness import EvalResult, GateResult, GateRound, ShapeCheck, ShapeTiming, Status
-from seeds import get_family
+from evo.fitness import EvalResult, GateResult, GateRound, ShapeCheck, ShapeTiming, Status
+from evo.seeds import get_family
 from tests.test_search import REPO, check_store_invariants, rows
 
 CPU = get_family("cpu_gemm")
@@ -95,8 +95,8 @@ def test_a_workload_search_resumes_with_its_board(ray_session, tmp_path):
                  "--db", str(db), "--trials", "1"]) == 0
     before = rows(db, "SELECT COUNT(*) FROM shape_measurements")[0][0]
     # a winner's confirmation that passed (as one does whenever a kernel beats the anchor) is not the target
-    from db import Database, Store, resolve_url
-    from fitness import GateResult, GateRound
+    from evo.db import Database, Store, resolve_url
+    from evo.fitness import GateResult, GateRound
 
     store = Store(Database(resolve_url(str(db))).open())
     (individual,), = rows(db, "SELECT id FROM individuals ORDER BY id LIMIT 1")

@@ -6,13 +6,13 @@ import math
 
 import pytest
 
-from db import MeasurementRow
+from evo.db import MeasurementRow
 from evo._board import CUTOFF_MARGIN, NICHE_DEPTH, ShapeBoard
 from evo.cli import main
 from evo.dispatch import MARGIN, _Figure, build_table, ranked_kernels
 from evo.strategies import Observation, make_strategy
-from fitness import BuildConfig, Builder, EvalConfig, Evaluator, ShapePlan, Status, Target, screen
-from seeds import DispatchTable, distance, get_family, parse_workload, resolve_workload
+from evo.fitness import BuildConfig, Builder, EvalConfig, Evaluator, ShapePlan, Status, Target, screen
+from evo.seeds import DispatchTable, distance, get_family, parse_workload, resolve_workload
 
 CPU = get_family("cpu_gemm")
 

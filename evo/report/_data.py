@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from db import EvaluationRow, RunInfo, Store
+from evo.db import EvaluationRow, RunInfo, Store
 
 OK = "ok"
 
@@ -122,7 +122,7 @@ def build_report(store: Store, run_id: int, mission_anchor_s: float | None) -> L
     """Everything the report shows for ``run_id``; raises ValueError if the run does not exist. In a
     workload run the lineage is that of the kernel winning the most weight of the workload."""
     from evo.dispatch import dispatch_table
-    from seeds import get_family, parse_workload
+    from evo.seeds import get_family, parse_workload
 
     run = store.get_run(run_id)
     if run is None:

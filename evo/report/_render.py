@@ -10,7 +10,7 @@ from pathlib import Path
 
 from evo.report._charts import TITLES, all_charts
 from evo.report._data import LineageReport, Step
-from fitness import format_seconds
+from evo.fitness import format_seconds
 
 FORMATS = ("html", "md", "dot", "json")
 

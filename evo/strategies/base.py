@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from collections import Counter
 from typing import Any, ClassVar, Collection, Hashable, Mapping, Sequence
 
-from kernel_genome import Genome, NoValidGenome, Offspring, Space, sample
+from evo.kernel_genome import Genome, NoValidGenome, Offspring, Space, sample
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass
 
 from evo.strategies.base import Proposal, Strategy
-from kernel_genome import NoValidGenome, Offspring, crossover, mutate
+from evo.kernel_genome import NoValidGenome, Offspring, crossover, mutate
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
 from evo.strategies.base import Observation, Proposal, Strategy
-from kernel_genome import Genome, repair
+from evo.kernel_genome import Genome, repair
 
 SAMPLERS = ("tpe", "random", "nsgaii", "bruteforce")  # qmc and gp would need scipy
 MAX_REJECTED = 20  # suggestions rejected in a row before repairing one

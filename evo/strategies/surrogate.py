@@ -32,7 +32,7 @@ of one design is unaffected.
 A workload run (niches: a time per shape) is evolution's throughout: the forest learns one time per genome,
 and choosing by it would breed towards one shape's fastest and starve the other shapes' elites.
 
-Chosen by replay (``benchmarks/strategies.py``, docs/BENCHMARKS.md "Replay").
+Chosen by replay (``benchmarks/strategies.py``, docs/JOURNAL.md "Replay").
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from evo.strategies.base import Proposal
 from evo.strategies.evolution import EvolutionOptions, EvolutionStrategy
-from kernel_genome import Genome, NoValidGenome, crossover, mutate
+from evo.kernel_genome import Genome, NoValidGenome, crossover, mutate
 
 ENUMERATE_LIMIT = 20_000  # spaces up to this many knob combinations are scored whole
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernel_genome import Boolean, Choice, Constraint, PowerOfTwo, Space
-from seeds._family import BuildRecipe, ProblemShape, RuntimeFamily, TimingPlan, Tolerance, shape
-from seeds.cpu_gemm import runtime as cpu_gemm_runtime
-from seeds._workload import workload
+from evo.kernel_genome import Boolean, Choice, Constraint, PowerOfTwo, Space
+from evo.seeds._family import BuildRecipe, ProblemShape, RuntimeFamily, TimingPlan, Tolerance, shape
+from evo.seeds.cpu_gemm import runtime as cpu_gemm_runtime
+from evo.seeds._workload import workload
 
 SOURCE = Path(__file__).with_name("gemm.cpp")
 LOOP_ORDERS = {"ijk": 0, "ikj": 1, "register": 2}

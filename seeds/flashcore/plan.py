@@ -8,7 +8,7 @@ package's evo_family.py as flashcore_plan.py.
 from __future__ import annotations
 
 HEAD_DIMS = (64, 128)
-SMEM_LIMIT = 227 * 1024
+SMEM_LIMIT = 227 * 1024  # = evo.seeds BLOCK_SHARED_BYTES (this file imports nothing: it ships alone; a test holds them equal)
 MAX_ACCUMULATORS = 64  # fp32 O accumulators a thread keeps in registers on the materialised path
 MAX_FRAGMENTS = 192  # fp32 S + O fragments a thread keeps in registers on the fused path
 ENGINES = ("scalar", "wmma", "mma")

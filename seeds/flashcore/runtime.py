@@ -18,9 +18,9 @@ from typing import Mapping
 import torch
 
 if __package__:  # seeds.flashcore.runtime, inside evo
-    from seeds._cuda import (CudaModule, MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, mappable,
+    from evo.seeds._cuda import (CudaModule, MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, mappable,
                              require_capability, tensor_map, ticketed_workspace)
-    from seeds.flashcore import dropin, plan
+    from evo.seeds.flashcore import dropin, plan
 else:  # an exported package's evo_family.py, with the files it imports beside it
     import flashcore_dropin as dropin
     import flashcore_plan as plan

@@ -3,9 +3,9 @@ they imply (shared memory, grid, workspace), which the kernel's Plan<D> mirrors,
 
 from __future__ import annotations
 
-from kernel_genome import Boolean, Choice, Constraint, PowerOfTwo, Space
+from evo.kernel_genome import Boolean, Choice, Constraint, PowerOfTwo, Space
 
-from seeds.flashcore.plan import (  # noqa: F401 (the geometry, re-exported)
+from evo.seeds.flashcore.plan import (  # noqa: F401 (the geometry, re-exported)
     ENGINES, HEAD_DIMS, MAX_ACCUMULATORS, MAX_FRAGMENTS, SMEM_LIMIT, STAGES, block_n, classic_warps, grid,
     grid_workspace, kv_rows, kv_share, query_blocks, rows_per_warp, shared_bytes, uses_wgmma, warps)
 

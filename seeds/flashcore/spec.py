@@ -16,11 +16,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-from seeds._family import BuildRecipe, ProblemShape, RuntimeFamily, TimingPlan, Tolerance, shape
-from seeds._workload import workload
-from seeds._wgmma import wgmma_wrapper
-from seeds.flashcore import runtime as flashcore_runtime
-from seeds.flashcore.space import ENGINES, HEAD_DIMS, SEED, SPACE, STAGES
+from evo.seeds._family import HOPPER_NVCC_FLAGS, BuildRecipe, ProblemShape, RuntimeFamily, TimingPlan, Tolerance, shape
+from evo.seeds._workload import workload
+from evo.seeds._wgmma import wgmma_wrapper
+from evo.seeds.flashcore import runtime as flashcore_runtime
+from evo.seeds.flashcore.space import ENGINES, HEAD_DIMS, SEED, SPACE, STAGES
 
 HERE = Path(__file__).parent
 SOURCES = (HERE.parent / "_hopper.cuh",) + tuple(HERE / name for name in (
@@ -106,7 +106,7 @@ class FlashCore(RuntimeFamily):
                       STAGE_WAIT=int(g["stage_wait"] == "mbarrier"), WGMMA_D64=int(g["wgmma_d64"]),
                       TMA_STAGES_D64=int(g["tma_stages_d64"]), OVERLAP=int(g["overlap_tiles"]),
                       **{f"{name.upper()}_D{d}": g[f"{name}_d{d}"] for name in ("block_n", "warps") for d in HEAD_DIMS})
-        flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
+        flags = HOPPER_NVCC_FLAGS + tuple(
             f"-D{k}={v}" for k, v in sorted(macros.items()))
         parts = [f'#line 1 "{path.name}"\n{path.read_text()}\n' for path in SOURCES]
         wrappers = ""
@@ -122,7 +122,7 @@ class FlashCore(RuntimeFamily):
         macros = dict(BLOCK_M=g["block_m"], BLOCK_N_D64=g["block_n_d64"], BLOCK_N_D128=g["block_n_d128"],
                       STAGES=STAGES[g["kv_loads"]], OVERLAP=int(g["ws_overlap"]), PINGPONG=int(g["ws_pingpong"]),
                       REGISTERS=int(g["ws_registers"]), HEAVY_FIRST=int(g["ws_heavy_first"]))
-        flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
+        flags = HOPPER_NVCC_FLAGS + tuple(
             f"-D{k}={v}" for k, v in sorted(macros.items()))
         # the wgmma wrappers of each element type and key tile, and the templates the kernel calls them by
         pieces = ["#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n"

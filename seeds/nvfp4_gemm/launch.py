@@ -13,7 +13,7 @@ import ctypes
 from typing import Any, Mapping
 
 if __package__:  # seeds.nvfp4_gemm.launch, inside evo
-    from seeds._cuda import TensorMapBytes, box_map, multiprocessors, ptr, ticketed_workspace
+    from evo.seeds._cuda import TensorMapBytes, box_map, multiprocessors, ptr, ticketed_workspace
 else:  # an exported kernel's nvfp4_launch.py, with evo_cuda.py beside it
     from evo_cuda import TensorMapBytes, box_map, multiprocessors, ptr, ticketed_workspace
 

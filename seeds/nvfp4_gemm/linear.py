@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 
 if __package__:  # seeds.nvfp4_gemm.linear, inside evo
-    from seeds.nvfp4_gemm import formats
+    from evo.seeds.nvfp4_gemm import formats
 else:  # an exported package's nvfp4_linear.py, with nvfp4_formats.py beside it
     import nvfp4_formats as formats
 

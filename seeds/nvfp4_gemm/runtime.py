@@ -15,9 +15,9 @@ from typing import Mapping
 import torch
 
 if __package__:  # seeds.nvfp4_gemm.runtime, inside evo
-    from seeds._cuda import CudaModule, require_capability
-    from seeds.nvfp4_gemm import formats, linear
-    from seeds.nvfp4_gemm.launch import Launcher
+    from evo.seeds._cuda import CudaModule, require_capability
+    from evo.seeds.nvfp4_gemm import formats, linear
+    from evo.seeds.nvfp4_gemm.launch import Launcher
 else:  # an exported package's evo_family.py, with the files it imports beside it
     import nvfp4_formats as formats
     import nvfp4_linear as linear

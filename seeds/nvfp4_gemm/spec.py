@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernel_genome import Boolean, Choice, Constraint, IntRange, PowerOfTwo, Space
-from seeds._family import BuildRecipe, ProblemShape, RuntimeFamily, TimingPlan, Tolerance, shape
-from seeds._workload import workload
-from seeds._wgmma import wgmma_wrapper
-from seeds.nvfp4_gemm import runtime as nvfp4_runtime
-from seeds.nvfp4_gemm.launch import shared_bytes, threads
+from evo.kernel_genome import Boolean, Choice, Constraint, IntRange, PowerOfTwo, Space
+from evo.seeds._family import BLOCK_SHARED_BYTES, HOPPER_NVCC_FLAGS, BuildRecipe, ProblemShape, RuntimeFamily, TimingPlan, Tolerance, shape
+from evo.seeds._workload import workload
+from evo.seeds._wgmma import wgmma_wrapper
+from evo.seeds.nvfp4_gemm import runtime as nvfp4_runtime
+from evo.seeds.nvfp4_gemm.launch import shared_bytes, threads
 
 HERE = Path(__file__).parent
 HOPPER = HERE.parent / "_hopper.cuh"
@@ -34,7 +34,7 @@ SPLIT_REDUCES = ("ticket", "cluster", "spread", "cluster_l2")
 LOADS = ("cp_async", "tma")
 STAGE_SYNCS = ("block_barrier", "mbarriers")
 BIT_PLACEMENTS = ("shifts", "bytes")
-SMEM_LIMIT = 227 * 1024  # one block
+SMEM_LIMIT = BLOCK_SHARED_BYTES  # one block
 SMEM_PER_SM = 228 * 1024  # all the blocks of an SM (each also reserves 1 KiB for the system)
 MAX_ACCUMULATORS = 64  # fp32 accumulators a thread keeps (twice: the running ones and the K tile's)
 
@@ -276,7 +276,7 @@ class Nvfp4Gemm(RuntimeFamily):
                   "SPLIT_SPREAD": int(g["split_reduce"] == "spread"),
                   "SPLIT_CLUSTER_L2": int(g["split_reduce"] == "cluster_l2"),
                   "TMA_LOADS": int(g["loads"] == "tma"), "STAGE_BARRIERS": int(g["stage_sync"] == "mbarriers")}
-        flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
+        flags = HOPPER_NVCC_FLAGS + tuple(
             f"-D{name}={value}" for name, value in sorted(macros.items()))
         wrapper = {"mma_sync": "", "wgmma": wgmma_wrapper("wgmma_f16", g["block_n"] // g["warps_n"], "f16"),
                    "wgmma_swapped": wgmma_wrapper("wgmma_rs", g["block_m"], "f16", a_source="registers")}[g["mma"]]

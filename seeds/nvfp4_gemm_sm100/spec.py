@@ -17,14 +17,14 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-from kernel_genome import Constraint, IntRange, PowerOfTwo, Space
-from seeds._blackwell import sm100_recipe, warp_role_knobs
-from seeds._family import BuildRecipe, KernelFamily, ProblemShape, ScreenLimits
-from seeds.nvfp4_gemm.spec import Nvfp4Gemm
+from evo.kernel_genome import Constraint, IntRange, PowerOfTwo, Space
+from evo.seeds._blackwell import sm100_recipe, warp_role_knobs
+from evo.seeds._family import BLOCK_SHARED_BYTES, BuildRecipe, KernelFamily, ProblemShape, ScreenLimits
+from evo.seeds.nvfp4_gemm.spec import Nvfp4Gemm
 
 HERE = Path(__file__).parent
 SOURCE = HERE / "nvfp4_gemm_sm100.cu"
-SMEM_LIMIT = 227 * 1024
+SMEM_LIMIT = BLOCK_SHARED_BYTES
 BLOCK_M, BLOCK_K = 128, 256  # a tile's rows (tcgen05.mma M); values of K a stage (128 bytes a row)
 SCALE_GROUP = 4 * 512  # a stage's scales of 128 rows: 4 blocked tiles of 128 x 4
 TMEM_COLUMNS = 512
@@ -106,15 +106,15 @@ class Nvfp4GemmSm100(Nvfp4Gemm):
             raise ValueError(f"nvfp4_gemm_sm100 handles K a multiple of {BLOCK_K}, not {shape['k']}")
 
     def load(self, artifact: Path, genome):
-        from seeds._cuda import CudaModule
+        from evo.seeds._cuda import CudaModule
 
         kernel = CudaModule(artifact).sized_kernel("nvfp4_gemm_sm100", "nvfp4_sm100_shared_bytes", shared_bytes(genome),
                                                    "nvfp4_gemm_sm100.cu")
         return kernel, genome.as_dict(), {}
 
     def launch(self, kernel, shape: ProblemShape, inputs, output) -> None:
-        from seeds._cuda import batched_byte_map, multiprocessors, ptr, ticketed_workspace
-        from seeds.nvfp4_gemm import formats
+        from evo.seeds._cuda import batched_byte_map, multiprocessors, ptr, ticketed_workspace
+        from evo.seeds.nvfp4_gemm import formats
 
         function, g, cache = kernel
         a, b, sfa, sfb = inputs

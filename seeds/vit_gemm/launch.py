@@ -14,7 +14,7 @@ import functools
 from typing import Any, Mapping
 
 if __package__:  # seeds.vit_gemm.launch, inside evo
-    from seeds._cuda import MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, multiprocessors
+    from evo.seeds._cuda import MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, multiprocessors
 else:  # an exported kernel's vit_gemm_launch.py, with evo_cuda.py beside it
     from evo_cuda import MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, multiprocessors
 

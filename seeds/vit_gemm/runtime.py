@@ -15,10 +15,10 @@ from typing import Mapping
 import torch
 
 if __package__:  # seeds.vit_gemm.runtime, inside evo
-    from seeds._cuda import CudaModule, require_capability
-    from seeds.vit_gemm import problem
-    from seeds.vit_gemm import timm_fusion
-    from seeds.vit_gemm.launch import Launcher, takes  # noqa: F401 (takes: the runtime's word on a shape)
+    from evo.seeds._cuda import CudaModule, require_capability
+    from evo.seeds.vit_gemm import problem
+    from evo.seeds.vit_gemm import timm_fusion
+    from evo.seeds.vit_gemm.launch import Launcher, takes  # noqa: F401 (takes: the runtime's word on a shape)
 else:  # an exported package's evo_family.py, with the files it imports beside it
     import vit_gemm_problem as problem
     import vit_gemm_timm as timm_fusion

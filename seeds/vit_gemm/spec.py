@@ -14,18 +14,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernel_genome import Boolean, Choice, Constraint, IntRange, PowerOfTwo, Space
-from seeds._family import BuildRecipe, ProblemShape, RuntimeFamily, TimingPlan, Tolerance, shape
-from seeds._workload import workload
-from seeds._wgmma import wgmma_wrapper
-from seeds.vit_gemm import runtime as vit_gemm_runtime
-from seeds.vit_gemm.launch import shared_bytes, wg_rows
+from evo.kernel_genome import Boolean, Choice, Constraint, IntRange, PowerOfTwo, Space
+from evo.seeds._family import BLOCK_SHARED_BYTES, HOPPER_NVCC_FLAGS, BuildRecipe, ProblemShape, RuntimeFamily, TimingPlan, Tolerance, shape
+from evo.seeds._workload import workload
+from evo.seeds._wgmma import wgmma_wrapper
+from evo.seeds.vit_gemm import runtime as vit_gemm_runtime
+from evo.seeds.vit_gemm.launch import shared_bytes, wg_rows
 
 HERE = Path(__file__).parent
 SOURCES = tuple(HERE / name for name in ("vit_gemm_parts.cuh", "vit_gemm_table.cuh", "vit_gemm_epilogue.cuh",
                                           "vit_gemm.cu"))
 HOPPER = HERE.parent / "_hopper.cuh"  # the Hopper pieces shared with flashcore
-SMEM_LIMIT = 227 * 1024  # one block
+SMEM_LIMIT = BLOCK_SHARED_BYTES  # one block
 SMEM_PER_SM = 228 * 1024  # all the blocks of an SM (each also reserves 1 KiB for the system)
 REGISTER_MARGIN = 24  # registers a consumer thread needs beside its accumulators (descriptors, loop, addresses)
 WGMMA_REGISTERS = 26  # ptxas needs one wgmma's block_n / 2 accumulators plus this many within the launch bound
@@ -227,7 +227,7 @@ class VitGemm(RuntimeFamily):
                       FOLDED_TABLE=int(g["folded_table"]),
                       EPI_DEPTH=g["epi_depth"], SETMAXNREG=int(g["setmaxnreg"]),
                       CONSUMER_REGS=consumer_registers(g), BLOCKS_PER_SM=g["blocks_per_sm"])
-        flags = ("-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-std=c++17") + tuple(
+        flags = HOPPER_NVCC_FLAGS + tuple(
             f"-D{k}={v}" for k, v in sorted(macros.items()))
         parts, *rest = SOURCES
         text = parts.read_text()

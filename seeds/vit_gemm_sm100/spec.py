@@ -14,14 +14,14 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-from kernel_genome import Constraint, IntRange, PowerOfTwo, Space
-from seeds._blackwell import sm100_recipe, warp_role_knobs
-from seeds._family import BuildRecipe, KernelFamily, ScreenLimits
-from seeds.vit_gemm.spec import VitGemm
+from evo.kernel_genome import Constraint, IntRange, PowerOfTwo, Space
+from evo.seeds._blackwell import sm100_recipe, warp_role_knobs
+from evo.seeds._family import BLOCK_SHARED_BYTES, BuildRecipe, KernelFamily, ScreenLimits
+from evo.seeds.vit_gemm.spec import VitGemm
 
 HERE = Path(__file__).parent
 SOURCE = HERE / "vit_gemm_sm100.cu"
-SMEM_LIMIT = 227 * 1024
+SMEM_LIMIT = BLOCK_SHARED_BYTES
 
 
 def shared_bytes(g) -> int:
@@ -70,14 +70,14 @@ class VitGemmSm100(VitGemm):
     def load(self, artifact: Path, genome):
         """(kernel, knobs, its tensor maps by buffers, resident blocks: one an SM), after checking that
         the kernel plans the shared memory the spec sizes."""
-        from seeds._cuda import CudaModule, multiprocessors
+        from evo.seeds._cuda import CudaModule, multiprocessors
 
         kernel = CudaModule(artifact).sized_kernel("vit_gemm_sm100", "vit_gemm_sm100_shared_bytes",
                                                    shared_bytes(genome), "vit_gemm_sm100.cu")
         return kernel, genome.as_dict(), {}, multiprocessors()
 
     def launch(self, kernel, shape, inputs, output) -> None:
-        from seeds._cuda import matrix_map, ptr
+        from evo.seeds._cuda import matrix_map, ptr
 
         function, g, maps, resident = kernel
         a, w, bias, pos = inputs[:4]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-from kernel_genome import Choice, Space
-from seeds import BuildRecipe, KernelFamily, TimingPlan, Tolerance, shape
+from evo.kernel_genome import Choice, Space
+from evo.seeds import BuildRecipe, KernelFamily, TimingPlan, Tolerance, shape
 
 MODES = {"ok": 0, "wrong": 1, "nan": 2, "illegal_address": 3, "hang": 4, "nowrite": 5}
 SOURCE = Path(__file__).with_name("cuda_axpy.cu")
@@ -47,12 +47,12 @@ class CudaAxpy(KernelFamily):
         return 2 * a.double() + b.double()
 
     def load(self, artifact: Path, genome):
-        from seeds._cuda import CudaModule
+        from evo.seeds._cuda import CudaModule
 
         return CudaModule(artifact).kernel("evo_axpy"), genome["threads"], genome["per_thread"]
 
     def launch(self, kernel, shape, inputs, output):
-        from seeds._cuda import ptr
+        from evo.seeds._cuda import ptr
 
         function, threads, per_thread = kernel
         n = shape["n"]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
-from kernel_genome import Choice, Constraint, Space
-from seeds import BuildRecipe, KernelFamily, TimingPlan, Tolerance, shape
+from evo.kernel_genome import Choice, Constraint, Space
+from evo.seeds import BuildRecipe, KernelFamily, TimingPlan, Tolerance, shape
 
 MODES = {"ok": 0, "wrong": 1, "nan": 2, "nowrite": 3, "segfault": 4, "hang": 5, "compile_error": 6, "flaky": 7,
          # Correct kernels whose Ray worker process is killed from outside (as by the OOM killer):

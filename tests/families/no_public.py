@@ -3,8 +3,8 @@ and its export is refused in one line."""
 
 import types
 
-from seeds.cpu_gemm import runtime as cpu_gemm_runtime
-from seeds.cpu_gemm.spec import CpuGemm
+from evo.seeds.cpu_gemm import runtime as cpu_gemm_runtime
+from evo.seeds.cpu_gemm.spec import CpuGemm
 
 
 class NoPublic(CpuGemm):
