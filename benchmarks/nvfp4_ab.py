@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import tests.test_nvfp4_gemm as design  # noqa: E402
+import evo.seeds.nvfp4_gemm.designs as design  # noqa: E402
 from _reporting import evaluated  # noqa: E402
 from evo.fitness import BuildConfig, Builder, EvalConfig, Evaluator  # noqa: E402
 from evo.seeds import get_family  # noqa: E402

@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from evo.fitness import BuildConfig, Builder, EvalConfig, Evaluator, screen  # noqa: E402
 from evo.seeds import get_family  # noqa: E402
-from tests.test_nvfp4_gemm import DESIGN_POINTS  # noqa: E402
+from evo.seeds.nvfp4_gemm.designs import DESIGN_POINTS  # noqa: E402
 
 family = get_family("nvfp4_gemm")
 genomes = list(DESIGN_POINTS) + [family.space.check(family.space.genome(json.loads(t))) for t in sys.argv[1:]]

@@ -7,7 +7,7 @@ import pytest
 
 from evo.seeds import get_family
 from tests.exporting import export_stored, recorded_pass, run_standalone
-from tests.test_flashcore import WARP_SPECIALIZED
+from evo.seeds.flashcore.designs import WARP_SPECIALIZED
 
 FAMILY = get_family("flashcore")
 

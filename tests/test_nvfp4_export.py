@@ -8,7 +8,7 @@ import pytest
 
 from evo.seeds import get_family
 from tests.exporting import assert_rebuilds, export_stored, export_verified, recorded_pass, run_standalone
-from tests.test_nvfp4_gemm import CLUSTER_L2, ONE_WARPGROUP, PRODUCER
+from evo.seeds.nvfp4_gemm.designs import CLUSTER_L2, ONE_WARPGROUP, PRODUCER
 
 FAMILY = get_family("nvfp4_gemm")
 

@@ -11,7 +11,7 @@ from evo.fitness import BuildConfig, Builder, Status
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import nvfp4_timeline as timeline  # noqa: E402
-from tests.test_nvfp4_gemm import CLUSTER, CLUSTER_L2, FAMILY, K_SPLIT, PRODUCER  # noqa: E402
+from evo.seeds.nvfp4_gemm.designs import CLUSTER, CLUSTER_L2, FAMILY, K_SPLIT, PRODUCER  # noqa: E402
 
 
 def stamps(text: str) -> list[str]:

@@ -6,8 +6,8 @@ import pytest
 
 from evo.seeds import get_family
 from tests.exporting import export_stored, recorded_pass, run_standalone
-from tests.test_flashcore import WARP_SPECIALIZED
-from tests.test_vit_gemm import CLUSTERED
+from evo.seeds.flashcore.designs import WARP_SPECIALIZED
+from evo.seeds.vit_gemm.designs import CLUSTERED
 
 pytestmark = pytest.mark.gpu
 FLASHCORE, VIT = get_family("flashcore"), get_family("vit_gemm")

@@ -8,7 +8,7 @@ import pytest
 
 from evo.seeds import get_family
 from tests.exporting import assert_rebuilds, export_stored, export_verified, recorded_pass, run_standalone
-from tests.test_vit_gemm import CLUSTERED, FOLDED, PINGPONG
+from evo.seeds.vit_gemm.designs import CLUSTERED, FOLDED, PINGPONG
 
 FAMILY = get_family("vit_gemm")
 OTHER_ANCHORS = ("eager PyTorch (matmul, then + bias and + pos in bf16)", "torch.compile of the same expression")
