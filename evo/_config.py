@@ -9,35 +9,60 @@ from typing import Any
 
 from evo.fitness import Target
 
+DEFAULT_FAMILY = "flashcore"  # the product's headline; experiments/flashcore.toml spells out its settings
 MAX_COUNT = 2**31 - 1  # the most evaluations (a budget, a population, trials) the store's integer columns hold
 MAX_SEED = 2**63 - 1  # seeds the strategies (NumPy, Optuna) and the store take
 MAX_SECONDS = 10 * 365 * 86400.0  # a time or timeout beyond ten years is a typo
 
 
 
+def _setting(default=dataclasses.MISSING, *, help: str, key: str | None = None, flag: str | None = None,
+             kind: Any = None, duration: bool = False, default_factory=dataclasses.MISSING):
+    """A SearchConfig field declared once: its experiment-file key (``key``; None: none), its `evo search` flag
+    (``flag``: "count", "positive", "int", "text", "bool", "duration"; None: no flag), the TOML type(s) its key
+    takes (``kind``), whether the key is a duration ("10m") stored in seconds, and its one line of help."""
+    metadata = {"help": help, "key": key, "flag": flag, "kind": kind, "duration": duration}
+    return field(default=default, default_factory=default_factory, metadata=metadata)
+
+
 @dataclass(frozen=True)
 class SearchConfig:
-    """Everything that defines a search; stored with the run so that it can resume."""
+    """Everything that defines a search; stored with the run so that it can resume. Each field says once
+    where else it appears (``_setting``): the experiment file's [search] keys and the `evo search` flags are
+    made from these declarations (``SETTINGS``); docs/USING.md's flag reference is checked against the flags."""
 
-    family: str
-    mission: str | None = None  # the shape whose time is the fitness (default: the family's own mission shape)
-    strategy: str = "surrogate"  # evolution guided by a cost model: chosen by replay (docs/BENCHMARKS.md)
-    strategy_options: dict = field(default_factory=dict)
-    target: str | None = None
-    budget: int | None = 100  # evaluations, seeds included
-    time_budget_s: float | None = None
-    population: int = 8
-    seed: int = 0
-    trials: int = 3
-    cold_cache: bool = False  # time every run after flushing the last-level cache (operands from memory)
-    build_timeout_s: float = 120.0
-    eval_timeout_s: float = 300.0  # the watchdog's hard cap on one evaluation
-    watchdog_factor: float = 20.0  # the watchdog: this many times the evaluator's anchor pass (at least 5 s)
-    cache_dir: str | None = None
-    gate_rounds: int = 10  # the hard gate: re-verify + re-time this many times before the target counts
-    workload: dict | None = None  # a workload's shapes and weights (Workload.to_dict()): tune for all of them
-    reuse: bool = True  # take earlier runs' measurements of the same thing instead of measuring again
-    warm_start: bool = False  # start from the best genomes earlier runs of the family found
+    family: str = _setting(help=f"the kernel family (`evo families`; default {DEFAULT_FAMILY})", key="family",
+                           flag="text", kind=str)
+    mission: str | None = _setting(None, help="the shape whose time is the fitness (default: the family's own)",
+                                   key="mission", flag="text", kind=str)
+    strategy: str = _setting("surrogate", help="surrogate (evolution guided by a cost model), evolution, random or "
+                             "optuna", key="strategy", flag="text", kind=str)
+    strategy_options: dict = field(default_factory=dict)  # the experiment file's [strategy] table; --sampler
+    target: str | None = _setting(None, help="stop when a kernel is this fast: 40us, 2ms, or 0.5x the anchor",
+                                  key="target", flag="text", kind=str)
+    budget: int | None = _setting(100, help="evaluations, seeds included", key="budget", flag="positive", kind=int)
+    time_budget_s: float | None = _setting(None, help="wall-clock limit: 90s, 10m, 1h", key="time_budget",
+                                           flag="duration", kind=(str, int, float), duration=True)
+    population: int = _setting(8, help="genomes per generation", key="population", flag="positive", kind=int)
+    seed: int = _setting(0, help="the strategy's random seed", key="seed", flag="int", kind=int)
+    trials: int = _setting(3, help="fresh random inputs per shape when verifying", key="trials", flag="positive",
+                           kind=int)
+    cold_cache: bool = _setting(False, help="time every run after flushing the last-level cache (operands from "
+                                "memory)", key="cold_cache", flag="bool", kind=bool)
+    build_timeout_s: float = _setting(120.0, help="a compile's limit", key="build_timeout", kind=(str, int, float),
+                                      duration=True)
+    eval_timeout_s: float = _setting(300.0, help="the watchdog's hard cap on one evaluation", key="eval_timeout",
+                                     kind=(str, int, float), duration=True)
+    watchdog_factor: float = _setting(20.0, help="the watchdog: this many times the evaluator's anchor pass",
+                                      key="watchdog_factor", kind=(int, float))
+    cache_dir: str | None = _setting(None, help="the build cache", key="cache_dir", kind=str)
+    gate_rounds: int = _setting(10, help="hard gate before a target counts: re-verify and re-time the kernel this "
+                                "many times, all within target (0: off)", key="gate_rounds", flag="int", kind=int)
+    workload: dict | None = None  # a workload's shapes and weights (Workload.to_dict()): --workload, [workload]
+    reuse: bool = _setting(True, help="take earlier runs' measurements of the same kernel instead of measuring again",
+                           key="reuse", flag="bool", kind=bool)
+    warm_start: bool = _setting(False, help="start from the best genomes earlier runs of the family found",
+                                key="warm_start", flag="bool", kind=bool)
 
     def __post_init__(self) -> None:
         positive = {"population": self.population, "trials": self.trials,
@@ -125,3 +150,23 @@ def _writable_folder(path: Any, name: str) -> None:
                 created.rmdir()
     if not writable:
         raise ValueError(f"{name} {_short(path)} cannot be written")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One declared SearchConfig field (``_setting``), as the experiment file and the command line see it."""
+
+    field: str
+    key: str | None
+    flag: str | None  # how `evo search` parses it (None: no flag)
+    kind: Any
+    duration: bool
+    help: str
+
+    @property
+    def option(self) -> str:
+        return "--" + (self.key or self.field).replace("_", "-")
+
+
+SETTINGS = tuple(Setting(f.name, f.metadata["key"], f.metadata["flag"], f.metadata["kind"], f.metadata["duration"],
+                         f.metadata["help"]) for f in dataclasses.fields(SearchConfig) if "help" in f.metadata)

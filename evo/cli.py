@@ -9,6 +9,7 @@ the same way; 130 interrupted (Ctrl-C, SIGTERM); 141 the reader of the output we
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import signal
 import sys
@@ -16,7 +17,7 @@ from typing import Sequence
 
 from rich.console import Console
 
-from evo._config import MAX_COUNT
+from evo._config import MAX_COUNT, SETTINGS, SearchConfig
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -90,6 +91,18 @@ def _shown(text: str, limit: int = 60) -> str:
     return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
 
 
+def _add_setting(parser: argparse.ArgumentParser, setting) -> None:
+    """One declared search setting as a flag (its value None where not given: the experiment file or the
+    default decides)."""
+    default = SearchConfig.__dataclass_fields__[setting.field].default
+    text = setting.help + ("" if default in (None, "", dataclasses.MISSING) else f" (default {default})")
+    if setting.flag == "bool":
+        parser.add_argument(setting.option, action=argparse.BooleanOptionalAction, default=None, help=text)
+        return
+    parse = {"positive": _positive_int, "int": _int, "text": None, "duration": None}[setting.flag]
+    parser.add_argument(setting.option, type=parse, help=text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="evo", description="Evolutionary search for fast, verified kernels.",
                      epilog=__doc__.split("\n\n", 1)[1])
@@ -97,33 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
     db_help = "SQLAlchemy URL or SQLite file path (default: $EVO_DB or ./evo.db)"
 
     search = commands.add_parser("search", help="run (or resume) a search")
-    search.add_argument("--family", help="kernel family (see `evo families`; default flashcore)")
-    search.add_argument("--mission", metavar="SHAPE", help="tune for this shape of the family: its time is the "
-                        "fitness, and a ratio target is to its anchor (default: the family's mission shape; every "
-                        "shape is still verified)")
+    for setting in SETTINGS:  # the search's settings, declared once in evo/_config.py
+        if setting.flag is not None:
+            _add_setting(search, setting)
     search.add_argument("--workload", metavar="NAME|FILE", help="tune for every shape of a workload: one of the "
                         "family's (see `evo families`) or a TOML file with a [workload] table of shapes and weights")
-    search.add_argument("--target", help="stop when a kernel is this fast: 40us, 2ms, or 0.5x the anchor (with "
-                        "--workload: at every shape)")
-    search.add_argument("--budget", type=_positive_int, help="evaluations, seeds included (default 100)")
-    search.add_argument("--time-budget", help="wall-clock limit: 90s, 10m, 1h")
-    search.add_argument("--strategy", help="surrogate (default: evolution guided by a cost model), evolution, random or optuna")
     search.add_argument("--sampler", help="Optuna sampler for --strategy optuna: tpe (default), random, "
                                           "nsgaii, bruteforce")
-    search.add_argument("--population", type=_positive_int, help="genomes per generation (default 8)")
-    search.add_argument("--seed", type=_int, help="random seed of the strategy (default 0)")
-    search.add_argument("--trials", type=_positive_int, help="fresh random inputs per shape when verifying")
-    search.add_argument("--cold-cache", action=argparse.BooleanOptionalAction, default=None,
-                        help="time every run after flushing the GPU's L2 (the CPU's last-level) cache by reads, so that "
-                        "operands come from memory as when weights are streamed (default: warm caches)")
-    search.add_argument("--reuse", action=argparse.BooleanOptionalAction, default=None,
-                        help="take earlier runs' measurements of the same kernel, shapes, timing and GPU model, "
-                        "driver and compiler from the database instead of measuring again (default: on; --no-reuse: "
-                        "measure everything)")
-    search.add_argument("--warm-start", action="store_true", default=None,
-                        help="start from the best genomes earlier runs of the family in this database found")
-    search.add_argument("--gate-rounds", type=_int, help="hard gate before a target counts: re-verify and re-time "
-                        "the kernel this many times, all within target (default 10; 0: off)")
     search.add_argument("--experiment", help="TOML experiment file (flags override its values)")
     search.add_argument("--resume", type=_positive_int, metavar="RUN", help="continue a stopped run")
     search.add_argument("--db", type=_text, help=db_help)

@@ -14,7 +14,7 @@ from evo.db import Database, RunLost, RunStatus, SchemaError, Store
 from evo.api import database_at, open_store
 from evo.cli import BadInput, Failed, Interrupted
 from evo._causes import Causes
-from evo._config import SearchConfig
+from evo._config import DEFAULT_FAMILY, SETTINGS, SearchConfig
 from evo._views import gate_line, mission_anchor, run_dispatch_table, unsteady_at_fitness_shape
 from evo.experiment import load_experiment, parse_duration
 from evo.fitness import format_seconds
@@ -47,12 +47,9 @@ def _open(database: Database, *, create: bool = True, writes: bool = True) -> St
 
 
 # -- search -------------------------------------------------------------------------------------
-FLAG_FIELDS = {"family": "family", "mission": "mission", "target": "target", "budget": "budget", "strategy": "strategy",
-               "population": "population", "seed": "seed", "trials": "trials", "cold_cache": "cold_cache",
-               "gate_rounds": "gate_rounds", "reuse": "reuse", "warm_start": "warm_start"}
+FLAG_FIELDS = {s.option[2:].replace("-", "_"): s.field for s in SETTINGS if s.flag and not s.duration}  # dest -> field
 RESUMABLE_OVERRIDES = {"budget", "time_budget"}
 WORKLOAD_FLAG = "workload"  # resolved once the family is known (a built-in workload's name or a TOML file)
-DEFAULT_FAMILY = "flashcore"  # the product's headline; experiments/flashcore.toml spells out its settings
 
 
 def _search_settings(args) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -67,11 +64,13 @@ def _search_settings(args) -> tuple[dict[str, Any], dict[str, Any]]:
         value = getattr(args, flag)
         if value is not None:
             settings[name] = value
-    if args.time_budget is not None:
-        try:
-            settings["time_budget_s"] = parse_duration(args.time_budget, "--time-budget")
-        except ValueError as exc:
-            raise BadInput(str(exc)) from None
+    for setting in SETTINGS:
+        value = getattr(args, setting.option[2:].replace("-", "_"), None) if setting.flag == "duration" else None
+        if value is not None:
+            try:
+                settings[setting.field] = parse_duration(value, setting.option)
+            except ValueError as exc:
+                raise BadInput(str(exc)) from None
     if args.sampler is not None:
         options["sampler"] = args.sampler
     settings.setdefault("family", DEFAULT_FAMILY)

@@ -34,13 +34,10 @@ from typing import Any
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*$")
 _SCALE = {"ms": 1e-3, "s": 1.0, None: 1.0, "m": 60.0, "h": 3600.0}
 
-SEARCH_KEYS = {
-    "family": str, "mission": str, "strategy": str, "target": str, "budget": int, "time_budget": (str, int, float),
-    "population": int, "seed": int, "trials": int, "cold_cache": bool, "build_timeout": (str, int, float),
-    "eval_timeout": (str, int, float), "watchdog_factor": (int, float), "cache_dir": str, "gate_rounds": int,
-    "reuse": bool, "warm_start": bool,
-}
-DURATION_KEYS = {"time_budget": "time_budget_s", "build_timeout": "build_timeout_s", "eval_timeout": "eval_timeout_s"}
+from evo._config import SETTINGS  # noqa: E402 - the keys below are made from the declared settings
+
+SEARCH_KEYS = {s.key: s.kind for s in SETTINGS if s.key}  # [search] key -> the TOML type(s) it takes
+DURATION_KEYS = {s.key: s.field for s in SETTINGS if s.key and s.duration}  # "10m" keys -> seconds fields
 
 
 def parse_duration(value: Any, what: str) -> float:

@@ -7,6 +7,7 @@ import pytest
 import evo
 
 
+@pytest.mark.slow  # a whole search
 def test_search_resume_and_export_from_python(ray_session, tmp_path):
     db = tmp_path / "evo.db"
     first = evo.tune("cpu_gemm", budget=6, population=4, trials=1, db=db)
@@ -50,6 +51,7 @@ def test_the_library_names_stay_functions_beside_the_modules_of_the_same_package
     assert all(callable(getattr(evo, name)) for name in evo.__all__)
 
 
+@pytest.mark.slow  # a whole search
 def test_a_genome_that_cannot_run_the_fitness_shape_is_never_proposed_and_a_seed_that_cannot_is_screened_out_unbuilt(
         ray_session, tmp_path, monkeypatch):
     """A kernel that cannot take the shape its fitness is timed at (flashcore's classic design at a bf16

@@ -342,3 +342,22 @@ def test_every_search_flag_is_documented_once():
     documented = [flag for line in section.splitlines() if line.startswith("- `--")
                   for flag in re.findall(r"`(--[a-z-]+)", line.split(":", 1)[0]) if not flag.startswith("--no-")]
     assert sorted(documented) == sorted(flags)
+
+
+def test_each_search_setting_is_declared_once_and_reaches_the_file_and_the_flags(tmp_path):
+    """evo/_config.py declares each setting (its experiment key, its flag, its help); the [search] keys and the
+    `evo search` flags are made from those declarations, and a file using every key loads."""
+    from evo._config import SETTINGS, SearchConfig
+    from evo.experiment import SEARCH_KEYS
+
+    assert set(SEARCH_KEYS) == {s.key for s in SETTINGS if s.key}
+    values = {"family": '"cpu_gemm"', "mission": '"tall"', "strategy": '"random"', "target": '"1ms"', "budget": "9",
+              "time_budget": '"2m"', "population": "4", "seed": "3", "trials": "2", "cold_cache": "true",
+              "build_timeout": '"60s"', "eval_timeout": "100", "watchdog_factor": "5", "cache_dir": f'"{tmp_path}"',
+              "gate_rounds": "2", "reuse": "false", "warm_start": "true"}
+    assert set(values) == set(SEARCH_KEYS)
+    experiment = tmp_path / "all.toml"
+    experiment.write_text("[search]\n" + "".join(f"{k} = {v}\n" for k, v in values.items()))
+    settings, _ = load_experiment(experiment)
+    config = SearchConfig(**settings)
+    assert (config.time_budget_s, config.eval_timeout_s, config.reuse, config.warm_start) == (120.0, 100.0, False, True)

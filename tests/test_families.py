@@ -138,6 +138,7 @@ def test_an_installed_packages_family_is_found_by_its_entry_point(tmp_path, monk
     assert "./demo (folder here, cpu): out = a + b" in out and "cpu_gemm (built-in, cpu)" in out
 
 
+@pytest.mark.slow  # a whole search
 def test_a_family_folder_is_searched_from_its_directory_without_pythonpath(tmp_path):
     demo_folder(tmp_path)
     env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
@@ -218,6 +219,7 @@ def test_new_family_refuses_bad_names_and_devices(args, message, tmp_path, monke
     assert main(["new-family", "taken"]) == 2 and "already exists" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a whole search
 def test_new_family_then_search_then_export_then_a_self_check_without_evo(tmp_path):
     """The issue's first line, as a user types it in an empty directory, no PYTHONPATH; the exported
     package's self-check then runs where evo cannot be imported."""
