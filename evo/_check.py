@@ -16,7 +16,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from evo.cli import BadInput
+from evo._ends import BadInput
 
 DEFAULT_SAMPLE = 8
 

@@ -35,6 +35,8 @@ HERE = Path(__file__).resolve().parent
 SLOWER_BEYOND = 0.02  # the op may be this much slower than the anchor (timing noise) before it fails
 ROUNDS = 3  # rounds of the op and the anchor timed in turns (evo's end-of-run confirmation times as many)
 AGREEMENT = 0.15  # rounds whose ratios lie further apart are unsteady: no speedup is claimed (evo's gate's too)
+PAIRS = 40  # pairs of op and anchor calls a round
+COLD_PAIRS = 16  # ... with cold caches: each call follows a flush (reading twice the cache), which is slow
 
 
 def _replay(run, burst: int):
@@ -108,7 +110,7 @@ def _time(run, device: str, samples: int = 15) -> float:
     return statistics.median(values)
 
 
-def _paired(op, anchor, device: str, cold: bool, samples: int = 40) -> tuple[float, float, float, float]:
+def _paired(op, anchor, device: str, cold: bool, samples: int = PAIRS) -> tuple[float, float, float, float]:
     """The op and the anchor timed in turns, sample by sample (which goes first alternates), so that a
     drift of the clocks or a busy neighbour touches both alike: (op's median, anchor's median, the median
     of the op's time over the anchor's, pair by pair, and that median's lower 95% confidence bound, from the
@@ -180,8 +182,10 @@ class Rounds:
         return f"{self.speedup:.2f}x ({1 / max(self.ratios):.2f}-{1 / min(self.ratios):.2f}x)"
 
 
+
+
 def _rounds(op, anchor, device: str, cold: bool) -> Rounds:
-    done = [_paired(op, anchor, device, cold) for _ in range(ROUNDS)]
+    done = [_paired(op, anchor, device, cold, COLD_PAIRS if cold else PAIRS) for _ in range(ROUNDS)]
     return Rounds(statistics.median(d[0] for d in done), statistics.median(d[1] for d in done),
                   tuple(d[2] for d in done), tuple(d[3] for d in done))
 

@@ -4,7 +4,7 @@ hard gates and confirmations, a workload run's dispatch table."""
 from __future__ import annotations
 
 from evo.db import Store
-from evo.cli import BadInput
+from evo._ends import BadInput
 from evo.fitness import format_seconds, format_span
 
 

@@ -30,6 +30,12 @@ CONFIRM_RATIO = 1.1  # a best kernel slower than this times the anchor cannot wi
 
 
 class WorkloadRun:
+    """A run whose fitness is a workload's shapes (evo/_mission_run.py's RunMode, as the loop calls it)."""
+
+    reads = None  # the strategy breeds per shape (niches), not by the knobs one shape reads
+    winner = None  # a workload's target is met shape by shape (the board), not by one kernel
+    records_late = True  # evaluations under way when the search stopped still join the table
+
     def __init__(self, family: KernelFamily, workload: Workload, target: Target | None, store: Store,
                  message: Callable[[str], None]) -> None:
         self.family = family
@@ -42,6 +48,22 @@ class WorkloadRun:
     @property
     def niches(self) -> dict[str, float]:
         return dict(zip(self.board.names, self.workload.weights))
+
+    @property
+    def plan_for(self):
+        return self.board.plan
+
+    @property
+    def passed(self) -> bool:
+        """Every shape's winner through the gate: the workload's target met."""
+        return self.board.reached()
+
+    def note_parents(self, proposals) -> None:
+        for proposal in proposals:
+            self.board.note_parents(proposal.genome.id, tuple(parent.id for parent, _, _ in proposal.parents))
+
+    def kept(self, genome: Genome, fitness_s: float) -> None:
+        pass  # a workload's times per shape come through observe
 
     # -- fed by the loop --------------------------------------------------------------------------
     def observe(self, genome: Genome, result: EvalResult) -> dict[str, float]:
@@ -86,7 +108,7 @@ class WorkloadRun:
         return {g: self.board.shape_times(g) for g in genomes}
 
     # -- the per-shape target -----------------------------------------------------------------------
-    def gate(self, run_id: int, pipeline, individual_ids: dict[str, int], rounds: int) -> bool:
+    def gate(self, run_id: int, pipeline, individual_ids: dict[str, int], rounds: int, target_s=None) -> bool:
         """Gate every winner once every shape is within its target; True when the whole target is met."""
         for genome, shapes in self.board.gate_requests().values():
             targets = [(shape, self.board.target_s(shape)) for shape in shapes]
@@ -109,6 +131,10 @@ class WorkloadRun:
         return f"kernels beat the anchor at {self.wins()} of {len(self.board.names)} shapes{target}"
 
     # -- the end ------------------------------------------------------------------------------------
+    def end(self, run_id: int, pipeline, individual_ids, best, anchor_s) -> tuple[DispatchTable, None]:
+        """(the dispatch table, no single headline): each shape's best kernels confirmed (``confirm``)."""
+        return self.confirm(run_id, pipeline), None
+
     def confirm(self, run_id: int, pipeline) -> DispatchTable:
         """Confirm each shape's best kernels beside the anchor (see the module's doc); the dispatch table."""
         figures, wrong = confirmations(self.store, run_id)

@@ -18,6 +18,7 @@ from typing import Sequence
 from rich.console import Console
 
 from evo._config import MAX_COUNT, SETTINGS, SearchConfig
+from evo._ends import BadInput, Failed, Interrupted
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -25,16 +26,6 @@ EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as the shell's own tools end when their reader has gone
 
 
-class BadInput(Exception):
-    """Raised for anything the user gave us that we cannot use; printed as one line, exit 2."""
-
-
-class Failed(Exception):
-    """A search that cannot go on (its database failed, another driver took its run over): one line, exit 1."""
-
-
-class Interrupted(Exception):
-    """A search stopped by Ctrl-C or SIGTERM, its message saying what to do next; exit 130."""
 
 
 _URL_PASSWORD = re.compile(r"(\b[A-Za-z][\w+.-]*://[^:/@\s]*:)[^@\s]*@")

@@ -12,7 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from evo.db import Database, RunLost, RunStatus, SchemaError, Store
 from evo.api import database_at, open_store
-from evo.cli import BadInput, Failed, Interrupted
+from evo._ends import BadInput, Failed, Interrupted
 from evo._causes import Causes
 from evo._config import DEFAULT_FAMILY, SETTINGS, SearchConfig
 from evo._views import gate_line, mission_anchor, run_dispatch_table, unsteady_at_fitness_shape

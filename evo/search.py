@@ -16,16 +16,15 @@ from typing import Protocol
 from evo.db import NewIndividual, ParentLink, RunLost, RunStatus, Store
 from evo._asking import BackgroundAsk
 from evo._config import SearchConfig
-from evo._headline import CONFIRM_ROUNDS, Headline, confirm
 from evo._heartbeat import Heartbeat
 from evo._loop_parts import Setting, default_threads, signals_held
 from evo._outcome import (EXIT_ALL_FAILED, EXIT_BUDGET_EXHAUSTED, EXIT_SPACE_EXHAUSTED, EXIT_TARGET_REACHED, LoopState,
                           SearchOutcome, describe)
 from evo._reuse import RunMemory
+from evo._mission_run import MissionRun, RunMode
 from evo._workload_run import WorkloadRun
 from evo.strategies import Observation, Proposal, Strategy, make_strategy
-from evo.fitness import (BuildConfig, EvalConfig, EvalResult, Status, Target, default_cache_dir, format_seconds, format_span,
-                     start_ray)
+from evo.fitness import (BuildConfig, EvalConfig, EvalResult, Status, Target, default_cache_dir, start_ray)
 from evo.fitness.workers import Finished, Pipeline, PipelineConfig
 from evo.kernel_genome import Constraint, Genome
 from evo.seeds import KernelFamily, get_family, parse_workload
@@ -48,15 +47,15 @@ class Search:
         self.family = get_family(config.family_reference)
         self.target = Target.parse(config.target) if config.target else None
         self.workload = parse_workload(self.family, config.workload, "the run's workload") if config.workload else None
-        self.shapes = (WorkloadRun(self.family, self.workload, self.target, store, reporter.message)
-                       if self.workload else None)
+        # what differs between a run of one shape and a workload run, called at the same points of the loop
+        self.mode: RunMode = (WorkloadRun(self.family, self.workload, self.target, store, reporter.message)
+                              if self.workload else MissionRun(self.family, store, reporter.message))
         self.fitness_shape = self.workload.primary if self.workload else self.family.mission_shape
         self.runs_fitness_shape = self._runs_fitness_shape()
         self.strategy: Strategy = make_strategy(config.strategy, self.family.space.restricted(self.runs_fitness_shape),
                                                 seed=config.seed, population=config.population,
                                                 options=config.strategy_options,
-                                                niches=self.shapes.niches if self.shapes else None,
-                                                reads=None if self.shapes else self.family.knobs_read(self.fitness_shape))
+                                                niches=self.mode.niches, reads=self.mode.reads)
         self.asker = BackgroundAsk(self.strategy)  # the loop's asks, in a thread of their own
         self.state = LoopState()
         self.evaluation = EvalConfig(config.trials, config.cold_cache, self.workload,
@@ -64,10 +63,6 @@ class Search:
         self.memory = RunMemory(store, self.family, self.evaluation, reuse=config.reuse)
         self._individual_ids: dict[str, int] = {}
         self._generation_of: dict[str, int] = {}
-        self._correct: list[tuple[float, Genome]] = []  # every correct kernel's (time, genome)
-        self._gated: set[str] = set()  # genome ids the hard gate has judged
-        self._gate_passed = False
-        self._gate_winner: tuple[Genome, tuple[float, ...]] | None = None
         self.run_id: int | None = None  # known once the run is written (what an interrupt message names)
 
     def mark_interrupted(self) -> str | None:
@@ -115,7 +110,7 @@ class Search:
         self.run_id = run_id
         history = self.store.history(run_id)
         self.strategy.add_seeds(list(self.family.seed_genomes))
-        shape_times = self._resume_shapes(run_id, history)
+        shape_times = self.mode.resume(run_id, history)  # a workload's board rebuilt; genome id -> times per shape
         finished, pending = [], []
         for entry in history:
             genome = self.family.space.genome(entry.genome)
@@ -128,13 +123,6 @@ class Search:
                                             shape_times.get(genome.id, {})))
                 self._tally(genome, entry.status, entry.fitness_s, entry.message)
         self.strategy.restore(finished, pending)
-        for gate, individual in self.store.gates(run_id):
-            if gate.target_s is None:  # a workload winner's confirmation, not a gate of the target
-                continue
-            self._gated.add(individual.genome_id)
-            self._gate_passed = self._gate_passed or (gate.passed and self.shapes is None)
-        if self.shapes is not None:  # a workload's target: every shape's winner through the gate
-            self._gate_passed = self.shapes.board.reached()
         self.state.generation = max((e.generation for e in history), default=0)
         self.state.submitted = len(finished)
         run = self.store.get_run(run_id)
@@ -143,10 +131,6 @@ class Search:
         self.store.claim(run_id)  # a driver that held it before stops at its next write
         self.store.update_run(run_id, status=RunStatus.RUNNING, message=None)
         return self._loop(run_id, pending, resumed=True, release_ray=release_ray)
-
-    def _resume_shapes(self, run_id: int, history) -> dict[str, dict]:
-        """A workload run's board rebuilt from the store; genome id -> its times per shape."""
-        return self.shapes.resume(run_id, history) if self.shapes is not None else {}
 
     # -- the loop ---------------------------------------------------------------------------
     def _loop(self, run_id: int, first_batch: list[Genome], resumed: bool, release_ray) -> SearchOutcome:
@@ -159,17 +143,15 @@ class Search:
                 BuildConfig(cache, self.config.build_timeout_s),
                 self.evaluation,
                 eval_timeout_s=self.config.eval_timeout_s, watchdog_factor=self.config.watchdog_factor),
-                plan_for=self.shapes.board.plan if self.shapes else None)
+                plan_for=self.mode.plan_for)
             self._submit(pipeline, first_batch)
             if not resumed:
                 self._ask_and_submit(run_id, pipeline, self.config.population - len(first_batch), generation=0)
             status = self._drive(run_id, pipeline)
-            if self.shapes is not None:
-                dispatch = self.shapes.confirm(run_id, pipeline)
-                for item in self._poll(pipeline, 0):  # evaluations that were under way when the search stopped
-                    self._record(run_id, item, pipeline)
-            else:
-                headline = self._headline(run_id, pipeline)
+            dispatch, headline = self.mode.end(run_id, pipeline, self._individual_ids, self.state.best_genome,
+                                               self.state.anchor_s)
+            for item in self._poll(pipeline, 0) if self.mode.records_late else ():  # finished while it stopped
+                self._record(run_id, item, pipeline)
         except KeyboardInterrupt:
             status = RunStatus.INTERRUPTED
             raise
@@ -260,54 +242,12 @@ class Search:
         return min(self.config.population, self._budget_left())
 
     def _target_reached(self) -> bool:
-        return self._gate_passed
+        return self.mode.passed
 
     def _gate_best_qualifier(self, run_id: int, pipeline: Pipeline) -> None:
-        """The fastest kernel within the target that the gate has not judged yet, through the gate (in a
-        workload run: every shape's, once each shape has one)."""
-        target = self.state.target_s
-        if self._gate_passed or target is None:
-            return
-        if self.shapes is not None:
-            self._gate_passed = self.shapes.gate(run_id, pipeline, self._individual_ids, self.config.gate_rounds)
-            return
-        waiting = sorted((t, g.id, g) for t, g in self._correct if t <= target and g.id not in self._gated)
-        for seconds, _, genome in waiting:  # the fastest first, until one passes
-            self._gate_one(run_id, pipeline, genome, seconds, target)
-            if self._gate_passed:
-                return
-
-    def _gate_one(self, run_id: int, pipeline: Pipeline, genome: Genome, seconds: float, target: float) -> None:
-        self._gated.add(genome.id)
-        rounds = self.config.gate_rounds
-        if rounds == 0:
-            self._gate_passed = True
-            return
-        self.reporter.message(f"{genome.id} ran in {format_seconds(seconds)} (target {format_seconds(target)}): "
-                              f"hard gate, {rounds} rounds of re-verification and re-timing")
-        result = pipeline.gate(genome, [(self.family.mission_shape.name, target)], rounds)
-        self.store.record_gate(run_id, self._individual_ids[genome.id], result)
-        times = [r.mission_s for r in result.rounds if r.mission_s is not None]
-        spread = format_span(times)
-        if result.passed:
-            self._gate_passed = True
-            self._gate_winner = (genome, tuple(times))
-            self.reporter.message(f"hard gate passed: {len(times)}/{rounds} rounds verified, {spread}, "
-                                  f"all within {format_seconds(target)}")
-        else:
-            self.reporter.message(f"hard gate failed, search goes on: {result.message} ({spread})")
-
-    def _headline(self, run_id: int, pipeline: Pipeline) -> Headline | None:
-        """The run's claim against the anchor (evo/_headline.py): its kernel (the one through the hard gate, else
-        the fastest) re-verified and re-timed beside the anchor, in turns, in a few rounds."""
-        genome = self._gate_winner[0] if self._gate_winner else self.state.best_genome
-        if genome is None or self.state.anchor_s is None:
-            return None
-        self.reporter.message(f"confirming {genome.id}: {CONFIRM_ROUNDS} rounds of re-verification and re-timing "
-                              f"beside the anchor, in turns")
-        result, headline = confirm(pipeline, genome, self.fitness_shape.name)
-        self.store.record_gate(run_id, self._individual_ids[genome.id], result)
-        return headline
+        """What meets the target through the hard gate (evo/_mission_run.py, evo/_workload_run.py)."""
+        if self.state.target_s is not None and not self.mode.passed:
+            self.mode.gate(run_id, pipeline, self._individual_ids, self.config.gate_rounds, self.state.target_s)
 
     # -- pieces -----------------------------------------------------------------------------
     def _ask_and_submit(self, run_id: int, pipeline: Pipeline, n: int, generation: int) -> int:
@@ -328,9 +268,7 @@ class Search:
         rows = [NewIndividual(p.genome.id, p.genome.as_dict(), generation, p.origin,
                               tuple(ParentLink(parent.id, op, changed) for parent, op, changed in p.parents))
                 for p in proposals]
-        if self.shapes is not None:
-            for p in proposals:
-                self.shapes.board.note_parents(p.genome.id, tuple(parent.id for parent, _, _ in p.parents))
+        self.mode.note_parents(proposals)
         self._individual_ids.update(self.store.add_individuals(run_id, rows))
         self._generation_of.update({p.genome.id: generation for p in proposals})
 
@@ -368,24 +306,22 @@ class Search:
         genome, result = item.genome, item.result
         self.state.evaluated_now += result.reused_from is None
         self.store.record_evaluation(self._individual_ids[genome.id], result,
-                                     self.shapes.dims if self.shapes else {s.name: dict(s.dims) for s in self.family.shapes},
+                                     self.mode.dims,
                                      measurement_key=self.memory.key(genome))
         if self.state.anchor_s is None and pipeline.hardware.get("anchor"):
             self._set_anchor(run_id, pipeline.hardware)
-        shape_times = self.shapes.observe(genome, result) if self.shapes else {}
+        shape_times = self.mode.observe(genome, result)
         if any(t.unstable and t.shape == self.fitness_shape.name for t in result.timings + result.anchor):
             self.state.unsteady.add(genome.id)
         self.asker.tell([Observation(genome, self._generation_of[genome.id], result.status.value, result.fitness_s,
                                      shape_times)])
         self._tally(genome, result.status.value, None if result.status.failed else result.fitness_s, result.message)
-        if self.shapes is not None:
-            self.state.workload_progress = self.shapes.progress()
+        self.state.workload_progress = self.mode.progress()
         self.reporter.evaluated(self.state, genome, result, self._generation_of[genome.id])
 
     def _set_anchor(self, run_id: int, hardware: dict) -> None:
         anchor = [dataclasses.asdict(t) for t in hardware["anchor"]]
-        if self.shapes is not None:
-            self.shapes.set_anchor(anchor)
+        self.mode.set_anchor(anchor)
         self.state.anchor_s = next(t["median_s"] for t in anchor if t["shape"] == self.fitness_shape.name)
         if self.target is not None:
             self.state.target_s = self.target.resolve(self.state.anchor_s)
@@ -400,7 +336,7 @@ class Search:
         self.state.causes.add(status, message, genome.id)
         if fitness_s is None:
             return
-        self._correct.append((fitness_s, genome))
+        self.mode.kept(genome, fitness_s)
         if self.state.best_fitness_s is None or fitness_s < self.state.best_fitness_s:
             self.state.best_fitness_s, self.state.best_genome = fitness_s, genome
 
@@ -410,7 +346,7 @@ class Search:
         if self.target is None and status in (RunStatus.BUDGET_EXHAUSTED, RunStatus.TIME_EXHAUSTED):
             exit_code = EXIT_TARGET_REACHED
         s = self.state
-        gated, gate_times = self._gate_winner or (None, ())
+        gated, gate_times = self.mode.winner or (None, ())
         return SearchOutcome(run_id, status, exit_code, s.evaluations, s.best_genome,
                              s.best_fitness_s, s.target_s, s.anchor_s, time.monotonic() - s.started, gated, gate_times,
                              dict(s.statuses), best_unsteady=s.best_unsteady, causes=s.causes.text())
