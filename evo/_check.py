@@ -96,12 +96,6 @@ def cmd_check(args, console: Console) -> int:
 
         runs_here, why = (runs_here, why) if torch.cuda.is_available() else (False, "no CUDA GPU here")
     console.print("pre-flight passed: " + ("the reference, the output's shape, the seed's load and one launch at "
-                                          f"{_smallest(family)}" if runs_here else f"build and screen only ({why})"),
+                                          f"{family.smallest_shape.name}" if runs_here else f"build and screen only ({why})"),
                   highlight=False)
     return 0
-
-
-def _smallest(family) -> str:
-    from evo._preflight import smallest
-
-    return smallest(family).name

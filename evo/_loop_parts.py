@@ -1,4 +1,4 @@
-"""Small parts of the search loop (evo/search.py): a setting as a constraint reads it, signals held while a run's
+"""Small parts of the search loop (evo/search.py): a genome's values as a constraint reads them, signals held while a run's
 last status is written, and the CPU threads a CPU family's anchor is timed with."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import threading
 from collections.abc import Mapping
 
 
-class Setting(Mapping):
+class KnobValues(Mapping):
     """A setting's values as a family's ``takes`` reads a genome (item access, ``as_dict``), for a constraint:
     where some knobs are not drawn yet, reading one leaves the constraint undecided as the space expects."""
 

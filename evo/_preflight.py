@@ -13,7 +13,6 @@ told while the search goes on.
 from __future__ import annotations
 
 import json
-import math
 import random
 import signal
 import subprocess
@@ -59,11 +58,6 @@ def is_builtin(family) -> bool:
     return family.reference_key.partition("@")[0] in family_names()
 
 
-def smallest(family):
-    """The family's smallest shape (the product of its dimensions)."""
-    return min(family.shapes, key=lambda shape: math.prod(max(1, int(v)) for _, v in shape.dims))
-
-
 def check_in_a_process_of_its_own(family, cache_dir: Path) -> None:
     """The reference, the seed's load and one launch, in a child process (see the module)."""
     command = [sys.executable, "-m", "evo._preflight", family.reference_key, str(cache_dir)]
@@ -71,11 +65,11 @@ def check_in_a_process_of_its_own(family, cache_dir: Path) -> None:
         done = subprocess.run(command, capture_output=True, text=True, timeout=PREFLIGHT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise PreflightFailed(f"{where(family)}: the pre-flight (the reference and one launch of the seed genome at "
-                              f"{smallest(family).name}) did not end within {PREFLIGHT_TIMEOUT_S:g} s") from None
+                              f"{family.smallest_shape.name}) did not end within {PREFLIGHT_TIMEOUT_S:g} s") from None
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode < 0:
         name = signal.Signals(-done.returncode).name
-        raise PreflightFailed(f"{where(family)}: one launch of its seed genome at {smallest(family).name} crashed the "
+        raise PreflightFailed(f"{where(family)}: one launch of its seed genome at {family.smallest_shape.name} crashed the "
                               f"process ({name}): look for an out-of-bounds access in the kernel")
     if not lines:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
@@ -111,7 +105,7 @@ def _child(reference: str, cache_dir: str) -> str | None:
     file = str(file) if file else None
     if family.device == "cuda" and not torch.cuda.is_available():
         return None  # nothing of it can run here: the evaluator finds it (evo check builds and screens)
-    shape = smallest(family)
+    shape = family.smallest_shape
     generator = torch.Generator(device="cuda" if family.device == "cuda" else "cpu").manual_seed(0)
     try:
         inputs = family.make_inputs(shape, generator)

@@ -17,7 +17,7 @@ from evo.db import NewIndividual, ParentLink, RunLost, RunStatus, Store
 from evo._asking import BackgroundAsk
 from evo._config import SearchConfig
 from evo._heartbeat import Heartbeat
-from evo._loop_parts import Setting, default_threads, signals_held
+from evo._loop_parts import KnobValues, default_threads, signals_held
 from evo._outcome import (EXIT_ALL_FAILED, EXIT_BUDGET_EXHAUSTED, EXIT_SPACE_EXHAUSTED, EXIT_TARGET_REACHED, LoopState,
                           SearchOutcome, describe)
 from evo._reuse import RunMemory
@@ -80,7 +80,7 @@ class Search:
         """That a kernel runs the shape the fitness is timed at: the run's space holds no other genome (in a bf16
         workload of flashcore, no classic one), so the strategy never proposes one."""
         family, shape = self.family, self.fitness_shape
-        return Constraint("runs_the_fitness_shape", lambda values: family.takes(Setting(values), shape),
+        return Constraint("runs_the_fitness_shape", lambda values: family.takes(KnobValues(values), shape),
                           f"the kernel runs {shape.name}, the shape its fitness is timed at")
 
     # -- entry points -----------------------------------------------------------------------

@@ -15,7 +15,6 @@ the workload's primary shape, which every plan times first.
 
 from __future__ import annotations
 
-import math
 import platform
 import secrets
 import time
@@ -342,7 +341,7 @@ class Evaluator:
         """PyTorch's whole computation (the anchor, or the family's fallback where its anchor is only part of
         the work, e.g. vit_gemm's bare cuBLAS matmul) against the reference, once, at the family's smallest
         shape (a workload's: at each of its shapes): the first mismatch's words, or None."""
-        shapes = self.timed_shapes if self.workload else [min(self.family.shapes, key=_size)]
+        shapes = self.timed_shapes if self.workload else [self.family.smallest_shape]
         for shape in shapes:  # the whole computation: a family whose anchor is less (a bare GEMM) names its fallback
             try:
                 check = self._verify(shape, lambda inputs: self.family.fallback(shape, inputs), 1)
@@ -400,11 +399,6 @@ class Evaluator:
         output = self.family.make_output(shape)
         return time_runs(lambda: self.family.launch(kernel, shape, inputs, output), self.family.device,
                          self.family.timing, shape.name, self.config.cold_cache, cutoff_s)
-
-
-def _size(shape: ProblemShape) -> int:
-    """A shape's size, to find the smallest: the product of its dimensions."""
-    return math.prod(max(1, int(v)) for _, v in shape.dims)
 
 
 def _driver_version(torch) -> str | None:

@@ -7,6 +7,7 @@ Nothing else in evo knows a family by name; the pipeline talks to families only 
 from __future__ import annotations
 
 import abc
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
@@ -152,6 +153,11 @@ class KernelFamily(abc.ABC):
     def reference_key(self) -> str:
         """What another process passes to ``get_family`` to load this same family."""
         return self.lookup_name or self.name
+
+    @property
+    def smallest_shape(self) -> ProblemShape:
+        """The family's smallest shape (by the product of its dimensions): where pre-flights run."""
+        return min(self.shapes, key=lambda shape: math.prod(max(1, int(v)) for _, v in shape.dims))
 
     @property
     def mission_shape(self) -> ProblemShape:
