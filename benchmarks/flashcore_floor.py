@@ -120,7 +120,7 @@ def main() -> None:
 
     from evo.fitness.benchmark import time_runs
     from evo.seeds import TimingPlan
-    from evo.seeds._cuda import CudaModule, ptr
+    from evo.runtime.cuda import CudaModule, ptr
 
     work = Path(tempfile.mkdtemp(prefix="flashcore-floor-"))
     (work / "floor.cu").write_text(SOURCE)

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from evo.fitness import benchmark  # noqa: E402
-from evo.fitness._queued import SpinQueue  # noqa: E402
+from evo.runtime.queued import SpinQueue, capture  # noqa: E402
 from evo.seeds.flashcore import runtime  # noqa: E402
 from evo.seeds.flashcore.spec import FAMILY  # noqa: E402
 
@@ -49,8 +49,8 @@ def _build(genome, folder: Path) -> Path:
 def _behind_a_spin(run, samples: int = 200) -> tuple[float, int]:
     """Median seconds a launch, each graph replay (its burst sized as the evaluator sizes it) behind a spin."""
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    burst = benchmark._burst(run, SpinQueue.shared())
-    replay = benchmark._capture(run, burst)
+    burst = SpinQueue.shared().burst(run)
+    replay = capture(run, burst)
     times = []
     for _ in range(samples):
         torch.cuda._sleep(SPIN_CYCLES)

@@ -112,7 +112,7 @@ def main() -> None:
     import torch
 
     from evo.fitness.benchmark import time_runs
-    from evo.seeds._cuda import multiprocessors
+    from evo.runtime.cuda import multiprocessors
     from evo.seeds.nvfp4_gemm.launch import grid, splits
 
     family = get_family("nvfp4_gemm")

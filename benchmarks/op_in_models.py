@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from evo.seeds._decisions import series_time  # noqa: E402
+from evo.runtime.decisions import series_time  # noqa: E402
 
 F = torch.nn.functional
 SDPA = F.scaled_dot_product_attention

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from evo._causes import Causes
 from evo._headline import Headline
 from evo.db import RunStatus
-from evo.dispatch import DispatchTable
+from evo.dispatch import DispatchReport
 from evo.fitness import format_seconds
 from evo.kernel_genome import Genome
 
@@ -35,7 +35,7 @@ class SearchOutcome:
     gated_genome: Genome | None = None  # the kernel that passed the hard gate (not always the fastest seen)
     gate_times_s: tuple[float, ...] = ()  # its times in the gate's rounds
     statuses: dict = field(default_factory=dict)  # evaluations by status value
-    dispatch: DispatchTable | None = None  # a workload run's table: per shape, the kernel or PyTorch
+    dispatch: DispatchReport | None = None  # a workload run's table: per shape, the kernel or PyTorch
     best_unsteady: bool = False  # the best time (or its anchor) would not hold still: no speedup is claimed
     evaluators: int = 0  # evaluator processes (one per GPU, or one for a CPU family)
     evaluated_now: int = 0  # evaluations finished in this process
@@ -43,6 +43,7 @@ class SearchOutcome:
     reused: int = 0  # evaluations that reused an earlier run's measurement (no build, no GPU time)
     headline: Headline | None = None  # the kernel against the anchor, timed in turns at the end (no workload)
     causes: str = ""  # the first distinct failure causes, each with a genome (evo/_causes.py)
+    speed_of_light: str = ""  # a memory-bound family's best: its bytes a second against the GPU's read bandwidth
 
 
 def status_counts(statuses: dict) -> str:
@@ -68,6 +69,8 @@ class LoopState:
     evaluated_now: int = 0  # evaluations finished in this process (a resumed run's stored ones left out)
     unsteady: set = field(default_factory=set)  # genomes whose timing at the fitness shape (or the anchor's) stayed unsteady
     causes: Causes = field(default_factory=Causes)  # why evaluations failed, each distinct cause once
+    fitness_bytes: float = 0.0  # a memory-bound family's bytes moved at the fitness shape
+    read_bandwidth: float | None = None  # the evaluator's GPU's, bytes a second (a memory-bound family's)
 
     @property
     def best_unsteady(self) -> bool:

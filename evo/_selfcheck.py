@@ -10,9 +10,9 @@ in turns sample by sample (graph replays; on a GPU also eager calls back to back
 1 + SLOWER_BEYOND beyond the timing's noise (the lower 95% confidence bound of its median above it) fails,
 as a wrong result does.
 
-Standalone: imports torch and the files beside it (the exported module; ``evo_flush.py``, the cache flush
-evo's timing uses; ``evo_queued.py``, its samples queued behind a spin kernel so no host gap is timed), never
-evo. Fresh random inputs per shape; the output is poisoned (NaN) before the op
+Standalone: imports torch and what is beside it (the exported module; evo_runtime/, evo's runtime package:
+its cache flush, and its samples queued behind a spin kernel so that no host gap is timed, captured and
+sized as evo's benchmark does), never evo. Fresh random inputs per shape; the output is poisoned (NaN) before the op
 writes it, so an unwritten element fails; everything is timed the same way in this process, with cold
 caches when the search timed that way (metadata's ``cold_cache``) unless a flag says otherwise.
 """
@@ -32,6 +32,12 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # the exported module and evo_runtime/ beside this file
+
+from evo_runtime import bandwidth  # noqa: E402
+from evo_runtime.decisions import time_calls, within  # noqa: E402  (the op's own timing and check)
+from evo_runtime.flush import reading_flush  # noqa: E402
+from evo_runtime.queued import SpinQueue, capture  # noqa: E402
 SLOWER_BEYOND = 0.02  # the op may be this much slower than the anchor (timing noise) before it fails
 ROUNDS = 3  # rounds of the op and the anchor timed in turns (evo's end-of-run confirmation times as many)
 AGREEMENT = 0.15  # rounds whose ratios lie further apart are unsteady: no speedup is claimed (evo's gate's too)
@@ -39,43 +45,13 @@ PAIRS = 40  # pairs of op and anchor calls a round
 COLD_PAIRS = 16  # ... with cold caches: each call follows a flush (reading twice the cache), which is slow
 
 
-def _replay(run, burst: int):
-    """A CUDA graph of ``burst`` back-to-back calls (no host launch overhead in the figure), or the
-    plain calls if the work cannot be captured."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        run()  # warm-up off the default stream, as capture requires
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(graph):
-            for _ in range(burst):
-                run()
-        torch.cuda.synchronize()
-        return graph.replay
-    except RuntimeError:
-        torch.cuda.synchronize()
-        return lambda: [run() for _ in range(burst)]
-
-
 def _queue():
-    from evo_queued import SpinQueue  # evo's fitness/_queued.py, shipped beside this file
-
     return SpinQueue.shared()
-
-
-def _burst(run, queue) -> int:
-    """Calls a graph holds to last at least 500 us, from the GPU time of a short graph's replays (as evo sizes it)."""
-    return queue.launches_lasting(lambda calls: _replay(run, calls), 500e-6, 2, 500)
 
 
 def _time_cold(run, device: str, samples: int = 50) -> float:
     """Median seconds per call, each after the cache is flushed (as evo times with --cold-cache):
     on CUDA one call between two events, the whole batch queued behind a spin kernel."""
-    from evo_flush import reading_flush  # evo's fitness/_flush.py, shipped beside this file
-
     flush = reading_flush(device)
     for _ in range(3):
         flush()
@@ -100,8 +76,8 @@ def _time(run, device: str, samples: int = 15) -> float:
     values = []
     if device == "cuda":
         queue = _queue()
-        burst = _burst(run, queue)
-        values = [seconds / burst for seconds in queue.batch([(None, _replay(run, burst))] * samples)]
+        burst = queue.burst(run)
+        values = [seconds / burst for seconds in queue.batch([(None, capture(run, burst))] * samples)]
     else:
         for _ in range(samples):
             start = time.perf_counter()
@@ -119,9 +95,7 @@ def _paired(op, anchor, device: str, cold: bool, samples: int = PAIRS) -> tuple[
     call (after the flush, cold)."""
     flush = None
     if cold:
-        from evo_flush import reading_flush  # evo's fitness/_flush.py, shipped beside this file
-
-        flush = reading_flush(device)
+            flush = reading_flush(device)
     runs = [op, anchor]
     for run in runs * 3:
         run()
@@ -129,8 +103,8 @@ def _paired(op, anchor, device: str, cold: bool, samples: int = PAIRS) -> tuple[
     if device == "cuda":
         queue, burst = _queue(), 1
         if not cold:
-            burst = min(_burst(run, queue) for run in runs)
-            runs = [_replay(run, burst) for run in runs]
+            burst = min(queue.burst(run) for run in runs)
+            runs = [capture(run, burst) for run in runs]
         order = [index for number in range(samples) for index in ((0, 1) if number % 2 == 0 else (1, 0))]
         times = queue.batch([(flush, runs[index]) for index in order])  # every sample queued behind one spin
         for number in range(samples):
@@ -192,9 +166,7 @@ def _rounds(op, anchor, device: str, cold: bool) -> Rounds:
 
 def _eager(op, anchor, rounds: int = 9) -> tuple[float, float]:
     """Median seconds per call of the op and of the anchor called eagerly back to back (the host's cost counts
-    where it exceeds the GPU's), in turns; evo_decisions.time_calls, as the op decides."""
-    from evo_decisions import time_calls
-
+    where it exceeds the GPU's), in turns; evo_runtime's decisions.time_calls, as the op decides."""
     device = torch.device("cuda", torch.cuda.current_device())
     times: list[list[float]] = [[], []]
     for _ in range(rounds):
@@ -214,7 +186,6 @@ def _verify(kernel, shape: dict, inputs, tolerance: dict) -> tuple[bool, float, 
         outputs.append(kernel.run(shape, inputs).reshape(out.shape))
     if kernel.DEVICE == "cuda":
         torch.cuda.synchronize()
-    from evo_decisions import within  # the op's own check, shipped beside this file
 
     reference = kernel.reference(shape, inputs)
     ok, worst_abs, worst_rel = True, 0.0, 0.0
@@ -268,17 +239,39 @@ def _check_kernel(kernel, metadata: dict, timer, cold: bool) -> bool:
         own, anchor = rounds.op_s, rounds.anchor_s
         print(f"{shape['name']:>{width}} {max_abs:12.3g} {rel_l2:11.3g} {own * 1e6:9.2f}us {anchor * 1e6:9.2f}us "
               f"{rounds.text():>20}  {'ok' if ok else 'FAILED'}")
+        _say_bandwidth(metadata, shape["name"], own, anchor, width)
         for note in (_differs("the kernel", own, *_recorded(metadata.get("timings"), shape["name"])),
                      _differs("the anchor", anchor, *_recorded(metadata.get("anchor_timings"), shape["name"]))):
             if note:
                 notes.append(f"{shape['name']}: {note}")
                 print(f"{'':>{width}} note: {note}")
         for name, other in getattr(kernel, "OTHER_ANCHORS", {}).items():  # timed the same way
-            seconds = timer(lambda: other(shape, inputs), kernel.DEVICE)
-            print(f"{'':>{width}} {'':>12} {'':>11} {'':>11} {seconds * 1e6:9.2f}us {seconds / own:7.2f}x  "
-                  f"anchor: {name}")
+            seconds = _time_other(timer, lambda: other(shape, inputs), kernel.DEVICE)
+            print(f"{'':>{width}} {'':>12} {'':>11} {'':>11} " + (
+                f"{seconds * 1e6:9.2f}us {seconds / own:7.2f}x  anchor: {name}" if seconds else
+                f"{'-':>11} {'-':>8}  anchor: {name} (cannot run this shape)"))
     _say_differences(notes)
     return failed
+
+
+def _say_bandwidth(metadata: dict, shape: str, own: float, anchor: float, width: int) -> None:
+    """A memory-bound family's: the op's and the anchor's bytes a second against this GPU's read bandwidth."""
+    moved = metadata.get("bytes_moved", {}).get(shape)
+    if moved:
+        read = bandwidth.read_bandwidth()
+        print(f"{'':>{width}} bandwidth: this {bandwidth.describe(moved, own, read)}; anchor "
+              f"{bandwidth.describe(moved, anchor, read)} (read bandwidth {read / 1e12:.2f} TB/s here)")
+
+
+def _time_other(timer, run, device: str) -> float | None:
+    """Another implementation's time, as the anchor's is taken; None where it cannot run the shape (a backend
+    that refuses it)."""
+    try:
+        return timer(run, device)
+    except RuntimeError:
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return None
 
 
 def _say_differences(notes: list[str]) -> None:
@@ -316,6 +309,7 @@ def _check_op(kernel, metadata: dict, timer, cold: bool) -> bool:
         verdict = "FAILED" if not ok else ("SLOWER" if slower else "ok" if rounds.steady else "ok (unsteady timing)")
         print(f"{shape['name']:>{width}} {choice or 'PyTorch':>17} {max_abs:11.3g} {op * 1e6:9.2f}us "
               f"{anchor * 1e6:9.2f}us {1 / ratio:7.2f}x {then:>19}  {verdict}")
+        _say_bandwidth(metadata, shape["name"], op, anchor, width)
         op_then = row.get("kernel_s") if row.get("choice") not in (None, "pytorch") else row.get("anchor_s")
         if kernel.DEVICE == "cuda":  # as a model calls it: eager calls, the host's cost included
             eager_op, eager_anchor = _eager(lambda: kernel.run(shape, inputs), lambda: kernel.fallback(shape, inputs))
@@ -326,9 +320,10 @@ def _check_op(kernel, metadata: dict, timer, cold: bool) -> bool:
                 notes.append(f"{shape['name']}: {note}")
                 print(f"{'':>{width}} note: {note}")
         for name, other in others.items():  # timed the same way
-            seconds = timer(lambda: other(shape, inputs), kernel.DEVICE)
-            print(f"{'':>{width}} {'':>17} {'':>11} {'':>11} {seconds * 1e6:9.2f}us {seconds / op:7.2f}x "
-                  f"{'':>19}  anchor: {name}")
+            seconds = _time_other(timer, lambda: other(shape, inputs), kernel.DEVICE)
+            print(f"{'':>{width}} {'':>17} {'':>11} {'':>11} " + (
+                f"{seconds * 1e6:9.2f}us {seconds / op:7.2f}x {'':>19}  anchor: {name}" if seconds else
+                f"{'-':>11} {'-':>8} {'':>19}  anchor: {name} (cannot run this shape)"))
     _say_differences(notes)
     total = sum(w for _, w in speedups)
     geomean = math.exp(sum(w * math.log(s) for s, w in speedups) / total)
@@ -346,7 +341,6 @@ def main() -> int:
                         help="time each call after flushing the cache (default: as the search timed)")
     cold = parser.parse_args().cold_cache
     timer = _time_cold if cold else _time
-    sys.path.insert(0, str(HERE))
     kernel = importlib.import_module(metadata["module"])
     tolerance = metadata["tolerance"]
     workload = metadata.get("workload")

@@ -2,7 +2,7 @@
 expressions of a shape's dimensions, the reference and the anchor as Python expressions over the inputs
 (named as the arguments; ``torch`` at hand), and for CUDA the launch (grid, block, dynamic shared memory)
 as expressions of the dimensions and the knobs. evo does the rest: build, load, inputs, launch and the
-export, all through evo/_spec_runtime.py, which the exported package carries too (nothing written twice).
+export, all through evo/runtime/spec.py, which the exported package carries too (nothing written twice).
 
     FAMILY = CppKernel(
         name="add", source="add.cpp", function="evo_add",
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from evo._spec_runtime import CTYPES, SAFE_BUILTINS, SpecRuntime, evaluate, knob_names, runtime_module
+from evo.runtime.spec import CTYPES, SAFE_BUILTINS, SpecRuntime, evaluate, knob_names, runtime_module
 from evo.kernel_genome import Constraint, Space
-from evo.seeds import CUDA_RUNTIME_FILE, HOPPER_NVCC_FLAGS, BuildRecipe, RuntimeFamily, TimingPlan, Tolerance
+from evo.seeds import HOPPER_NVCC_FLAGS, BuildRecipe, RuntimeFamily, TimingPlan, Tolerance
 
 CPP_FLAGS = ("-O3", "-march=native", "-std=c++17", "-fPIC", "-shared")
 NVCC_FLAGS = HOPPER_NVCC_FLAGS  # Hopper (the H100)
@@ -71,7 +71,6 @@ def _names_in(expression: str) -> set[str]:
 class _ShortSpec(RuntimeFamily):
     """What both short specs share; see CppKernel and CudaKernel."""
 
-    export_files = (("evo_spec_runtime.py", Path(__file__).with_name("_spec_runtime.py")),)
     compiler = "c++"
     output_kind = "shared_library"
 
@@ -155,8 +154,8 @@ class _ShortSpec(RuntimeFamily):
 
     # -- what evo calls -----------------------------------------------------------------------------
     def code_files(self) -> tuple[Path, ...]:
-        """Also the runtime every short spec runs on (evo/_spec_runtime.py)."""
-        return tuple(sorted({*super().code_files(), Path(_spec_runtime_file()).resolve()}))
+        """Also the runtime every short spec runs on (evo/runtime/spec.py, and cuda.py it launches with)."""
+        return tuple(sorted({*super().code_files(), *_spec_runtime_files()}))
 
     def build_recipe(self, genome) -> BuildRecipe:
         macros = tuple(f"-D{name}={value}" for name, value in knob_names(genome.as_dict()).items())
@@ -167,7 +166,7 @@ class _ShortSpec(RuntimeFamily):
         return runtime_module(self.name, self.export_description())
 
     def export_description(self) -> dict:
-        """The spec as plain data: what evo/_spec_runtime.py runs, here and in an exported package."""
+        """The spec as plain data: what evo/runtime/spec.py runs, here and in an exported package."""
         return {"device": self.device, "function": self.function,
                 "args": [{"tensor": a.name, "shape": a.shape, "dtype": a.dtype, "output": a.output}
                          if isinstance(a, Tensor) else {"scalar": a.name, "value": a.expression, "ctype": a.ctype}
@@ -192,7 +191,6 @@ class CudaKernel(_ShortSpec):
     device = "cuda"
     compiler = "nvcc"
     output_kind = "cubin"
-    export_files = _ShortSpec.export_files + (("evo_cuda.py", CUDA_RUNTIME_FILE),)
 
     def __init__(self, *, grid: str, block: str, shared_bytes: str = "0", flags: Sequence[str] = NVCC_FLAGS,
                  **spec) -> None:
@@ -222,7 +220,7 @@ def _predicate(text: str):
     return lambda values: bool(evaluate(text, values))
 
 
-def _spec_runtime_file() -> str:
-    from evo import _spec_runtime
+def _spec_runtime_files() -> tuple[Path, ...]:
+    from evo.runtime import cuda, spec
 
-    return _spec_runtime.__file__
+    return tuple(Path(module.__file__).resolve() for module in (spec, cuda))

@@ -20,7 +20,7 @@ from typing import Callable
 from evo.db import Store
 from evo._board import ShapeBoard
 from evo._headline import CONFIRM_ROUNDS
-from evo.dispatch import DispatchTable, confirmations, dispatch_table, ranked_kernels
+from evo.dispatch import DispatchReport, confirmations, dispatch_table, ranked_kernels
 from evo.fitness import EvalResult, Status, Target, format_span
 from evo.kernel_genome import Genome
 from evo.seeds import KernelFamily, Workload
@@ -131,11 +131,11 @@ class WorkloadRun:
         return f"kernels beat the anchor at {self.wins()} of {len(self.board.names)} shapes{target}"
 
     # -- the end ------------------------------------------------------------------------------------
-    def end(self, run_id: int, pipeline, individual_ids, best, anchor_s) -> tuple[DispatchTable, None]:
+    def end(self, run_id: int, pipeline, individual_ids, best, anchor_s) -> tuple[DispatchReport, None]:
         """(the dispatch table, no single headline): each shape's best kernels confirmed (``confirm``)."""
         return self.confirm(run_id, pipeline), None
 
-    def confirm(self, run_id: int, pipeline) -> DispatchTable:
+    def confirm(self, run_id: int, pipeline) -> DispatchReport:
         """Confirm each shape's best kernels beside the anchor (see the module's doc); the dispatch table."""
         figures, wrong = confirmations(self.store, run_id)
         ranking = ranked_kernels(self.store.measurements(run_id), figures, wrong)

@@ -184,11 +184,14 @@ def cmd_show(args, console: Console) -> int:
                   + ("; timed with cold caches" if run.cold_cache else ""), highlight=False)
     hardware = dict(run.hardware or {})
     secondary = hardware.pop("secondary_anchors", None) or {}
+    refused = hardware.pop("secondary_anchors_refused", None) or {}
     if hardware:
         console.print("hardware: " + ", ".join(f"{k}={v}" for k, v in hardware.items()), highlight=False)
     for name, timings in secondary.items():
         console.print(f"also timed in the evaluator: {name}: "
                       f"{format_seconds(mission_anchor(timings, run))} at the mission shape", highlight=False)
+    for name, why in refused.items():
+        console.print(f"not timed: {name}: {why}", highlight=False)
     table = Table(title="best individuals")
     for column in ("rank", "individual", "genome id", "gen", "origin", "time", "speedup vs anchor"):
         table.add_column(column)

@@ -12,6 +12,7 @@ lineage report and `evo export` all read this one table.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ class ShapeChoice:
     genome: dict | None
     confirmed: bool  # kernel_s and anchor_s come from the end-of-search confirmation rounds
     chosen: bool  # the op runs the kernel here (else PyTorch)
+    bytes_moved: float = 0.0  # a memory-bound family's bytes at this shape (else 0)
 
     @property
     def speedup(self) -> float | None:
@@ -50,10 +52,14 @@ class ShapeChoice:
 
 
 @dataclass(frozen=True)
-class DispatchTable:
+class DispatchReport:
+    """A workload run's outcome per shape: the kernel chosen or PyTorch, with both times (what `evo show` and
+    the summary print; the exported op's own table is evo.runtime.dispatch.DispatchTable)."""
+
     workload: Workload
     fallback: str  # what the op runs where no kernel is chosen
     rows: tuple[ShapeChoice, ...]
+    read_bandwidth: float | None = None  # a memory-bound family's: the evaluator's GPU's, bytes a second
 
     def _geomean(self, values: list[tuple[float, float]]) -> float | None:
         total = sum(w for _, w in values)
@@ -132,9 +138,11 @@ def confirmations(store: Store, run_id: int) -> tuple[dict[tuple[int, str], _Fig
     return figures, wrong
 
 
-def dispatch_table(store: Store, run_id: int, family: KernelFamily, workload: Workload) -> DispatchTable:
+def dispatch_table(store: Store, run_id: int, family: KernelFamily, workload: Workload) -> DispatchReport:
     figures, wrong = confirmations(store, run_id)
-    return build_table(family, workload, ranked_kernels(store.measurements(run_id), figures, wrong))
+    table = build_table(family, workload, ranked_kernels(store.measurements(run_id), figures, wrong))
+    read = (store.get_run(run_id).hardware or {}).get("read_bandwidth") if family.memory_bound else None
+    return dataclasses.replace(table, read_bandwidth=read)
 
 
 @dataclass(frozen=True)
@@ -164,7 +172,7 @@ def ranked_kernels(measurements: list[MeasurementRow], figures: dict, wrong: set
     return Ranking(kernels, anchors)
 
 
-def build_table(family: KernelFamily, workload: Workload, ranking: Ranking) -> DispatchTable:
+def build_table(family: KernelFamily, workload: Workload, ranking: Ranking) -> DispatchReport:
     """Each shape's row: its best confirmed kernel where any kernel was confirmed there (a search figure that
     beats the confirmed ones is most likely noise: the winner's curse), else its best by the search's figures,
     which the op does not run (unconfirmed)."""
@@ -173,12 +181,13 @@ def build_table(family: KernelFamily, workload: Workload, ranking: Ranking) -> D
     for shape, weight in zip(workload.shapes, workload.weights):
         entries = ranking.kernels.get(shape.name, [])
         found = next((e for e in entries if e[0].confirmed), entries[0] if entries else None)
+        moved = family.bytes_moved(shape) if family.memory_bound else 0.0
         if found is None:
             rows.append(ShapeChoice(shape.name, dict(shape.dims), weight, anchors.get(shape.name), None, None, None,
-                                    None, False, False))
+                                    None, False, False, moved))
             continue
         figure, m = found
         anchor = figure.anchor_s if figure.anchor_s is not None else anchors.get(shape.name)
         rows.append(ShapeChoice(shape.name, dict(shape.dims), weight, anchor, figure.seconds, m.individual_id,
-                                m.genome_id, m.genome, figure.confirmed, figure.confirmed and figure.beats(anchor)))
-    return DispatchTable(workload, family.fallback_label, tuple(rows))
+                                m.genome_id, m.genome, figure.confirmed, figure.confirmed and figure.beats(anchor), moved))
+    return DispatchReport(workload, family.fallback_label, tuple(rows))

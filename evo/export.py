@@ -13,16 +13,17 @@ The package needs torch (and, for CUDA kernels, cuda.bindings), never evo:
     selfcheck.py      re-verifies against the reference on every shape and re-times against the anchor
                       (a workload op: every workload shape against PyTorch's computation, failing where
                       the op is slower beyond timing noise)
-    evo_flush.py      the cache flush evo's --cold-cache timing uses (fitness/_flush.py), for selfcheck.py
-    evo_queued.py     evo's CUDA samples queued behind a spin kernel (fitness/_queued.py), for selfcheck.py
-    evo_dispatch.py   the workload's dispatch table (seeds/_dispatch.py)
-    evo_op.py         the op at run time (seeds/_op.py): the torch custom op, its backward, the kernels loaded
-                      once per device, and each shape's choice measured at its first call
-    evo_decisions.py  where those choices are kept, how a call is timed as a caller sees it (seeds/_decisions.py)
+    evo_runtime/      evo's runtime package (evo/runtime/), copied whole; it imports torch and cuda.bindings only:
+                      op.py (the torch custom op, its backward, the kernels loaded once per device, each shape's
+                      choice measured at its first call), decisions.py (where those choices are kept, how a call
+                      is timed as a caller sees it), dispatch.py (the workload's dispatch table), cuda.py (cubins
+                      loaded and launched), flush.py and queued.py (the cache flush and the samples queued
+                      behind a spin kernel that evo's timing uses, for selfcheck.py), spec.py (a short spec's
+                      runtime), protocol.py (what a family's runtime module defines)
     prepare.py        makes the choices ahead of time for a range of shapes
     evo_family.py     the family's own runtime module (its inputs, reference, anchor, load and launch, and
                       the public function), with the ``export_files`` it imports: the code evo's evaluators
-                      ran the kernels with (seeds/_family.py, ``RuntimeFamily``)
+                      ran the kernels with (evo/runtime/protocol.py)
 <name>.py is one generic module for every family (evo/_templates/op.py.in): this file fills in the kernel
 table, the dispatch table, the op's name and the family's public function.
 """
@@ -38,31 +39,25 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from evo import runtime
 from evo.db import Store
-from evo.fitness import FLUSH_FILE, QUEUED_FILE, BuildConfig, Builder, Status, format_seconds
+from evo.fitness import BuildConfig, Builder, Status, format_seconds
 from evo.fitness.build import ARTIFACT_SUFFIX, compiler_version, default_cache_dir, expand_macros_in_pragmas
+from evo.seeds import shape as make_shape
 
 SELFCHECK = Path(__file__).with_name("_selfcheck.py")
 OP_TEMPLATE = Path(__file__).with_name("_templates") / "op.py.in"  # one op module for every family
-FLUSH = FLUSH_FILE  # shipped as evo_flush.py: the self-check flushes as the evaluator does
-QUEUED = QUEUED_FILE  # shipped as evo_queued.py: the self-check queues its samples as the evaluator does
-
-
-def _runtime_modules() -> dict[str, Path]:
-    """What every package's op imports, under the names it has there."""
-    from evo.seeds import _decisions, _dispatch, _op
-
-    return {"evo_dispatch.py": Path(_dispatch.__file__), "evo_op.py": Path(_op.__file__),
-            "evo_decisions.py": Path(_decisions.__file__)}
+RUNTIME = Path(runtime.__file__).parent  # evo.runtime, shipped whole as evo_runtime/
+RUNTIME_NAME = "evo_runtime"
 
 
 PREPARE = ('"""Decide this op\'s kernels ahead of time for a range of shapes on this machine\'s GPU:\n\n'
            '    python prepare.py s=1:8192 b=1 h=32 h_kv=8 d=128 causal=1 bf16=1\n\n'
            'NAME=VALUE or NAME=LOW:HIGH[:STEP] for every dimension (metadata.json\'s shapes name them); each shape\n'
-           'bucket not yet decided is verified and timed once, and kept where evo_decisions.py says."""\n\n'
+           'bucket not yet decided is verified and timed once, and kept where evo_runtime/decisions.py says."""\n\n'
            'import sys\nfrom pathlib import Path\n\nHERE = Path(__file__).resolve().parent\nsys.path.insert(0, str(HERE))\n\n'
-           'import evo_decisions  # noqa: E402\n\nif __name__ == "__main__":\n'
-           '    sys.exit(evo_decisions.prepare_main(sys.argv[1:], HERE))\n')
+           'from evo_runtime.decisions import prepare_main  # noqa: E402\n\nif __name__ == "__main__":\n'
+           '    sys.exit(prepare_main(sys.argv[1:], HERE))\n')
 
 
 @dataclass(frozen=True)
@@ -71,7 +66,7 @@ class ExportResult:
     files: tuple[Path, ...]
     individual_id: int | None = None  # a single kernel's export
     genome_id: str | None = None
-    table: object | None = None  # a workload op's DispatchTable
+    table: object | None = None  # a workload run's DispatchReport (evo/dispatch.py)
 
 
 @dataclass(frozen=True)
@@ -224,7 +219,7 @@ def _write_package(family, run, module_name: str, kernels: list[_Kernel], dispat
                 shutil.rmtree(out, ignore_errors=True)
             else:
                 for path in out.iterdir():
-                    path.unlink(missing_ok=True)
+                    shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
         raise ValueError(f"cannot write the package to {out}: {exc.strerror or exc}") from None
 
 
@@ -265,13 +260,15 @@ def _write_files(family, run, module_name: str, built, kernels: list[_Kernel], d
         torch=torch.__version__, hardware=run.hardware,
         tolerance=_tolerance(family),
         cold_cache=run.cold_cache, exported_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), **metadata)
+    if family.memory_bound:  # the self-check sets the kernel's bytes a second against this machine's read bandwidth
+        metadata["bytes_moved"] = {s["name"]: family.bytes_moved(make_shape(s["name"], **{
+            k: v for k, v in s.items() if k not in ("name", "mission")})) for s in metadata["shapes"]}
     for name, path in family.export_files:
         write(name, path.read_text())
     write("metadata.json", json.dumps(metadata, indent=1, default=str))
-    write("evo_flush.py", FLUSH.read_text())
-    write("evo_queued.py", QUEUED.read_text())
-    for name, path in _runtime_modules().items():
-        write(name, path.read_text())
+    (out / RUNTIME_NAME).mkdir(exist_ok=True)
+    for path in sorted(RUNTIME.glob("*.py")):
+        write(f"{RUNTIME_NAME}/{path.name}", path.read_text())
     write("prepare.py", PREPARE)
     shutil.copyfile(SELFCHECK, out / "selfcheck.py")
     files.append(out / "selfcheck.py")

@@ -11,10 +11,11 @@ from rich.text import Text
 from evo._config import SearchConfig
 from evo._outcome import LoopState, SearchOutcome, status_counts
 from evo.db import RunStatus
-from evo.dispatch import DispatchTable
+from evo.dispatch import DispatchReport
 from evo.fitness import EvalResult, format_seconds
 from evo.fitness.score import format_span
 from evo.kernel_genome import Genome
+from evo.runtime import bandwidth
 from evo.seeds import KernelFamily
 
 
@@ -27,6 +28,9 @@ def _best_line(state: LoopState) -> str:
         parts.append("(unsteady timing: no speedup claimed)")
     elif state.best_fitness_s is not None and state.anchor_s:
         parts.append(f"(speedup {state.anchor_s / state.best_fitness_s:.2f}x vs anchor)")
+    light = bandwidth.describe(state.fitness_bytes, state.best_fitness_s, state.read_bandwidth)
+    if light:
+        parts.append(f"({light})")
     if state.target_s is not None:
         parts.append(f"target {format_seconds(state.target_s)}")
     return " ".join(parts)
@@ -97,6 +101,8 @@ class ConsoleReporter:
             self.console.print(table)
             return
         table.add_row("best time (mission shape)", format_seconds(outcome.best_fitness_s))
+        if outcome.speed_of_light:
+            table.add_row("its bandwidth", outcome.speed_of_light)
         table.add_row("anchor time", format_seconds(outcome.anchor_s))
         if outcome.headline is not None:  # re-timed beside the anchor, in turns, at the end (evo/_headline.py)
             table.add_row(f"speedup over anchor ({outcome.headline.genome_id})", outcome.headline.text())
@@ -116,18 +122,31 @@ class ConsoleReporter:
             self._live = None
 
 
-def dispatch_table_view(table: DispatchTable) -> Table:
+def dispatch_table_view(table: DispatchReport) -> Table:
     """A workload's table in the terminal: per shape, the best kernel, its time, the anchor's, and what
     the op runs there (the run summary and `evo show` print it)."""
     view = Table(title=f"workload {table.workload.name}: per shape, the fastest verified kernel against "
                        f"{table.fallback}")
-    for column in ("shape", "weight", "best kernel", "time", "anchor", "speedup", "op runs"):
-        view.add_column(column, justify="right" if column in ("weight", "time", "anchor", "speedup") else "left")
+    light = bool(table.read_bandwidth) and any(row.bytes_moved for row in table.rows)
+    columns = ["shape", "weight", "best kernel", "time", "anchor", "speedup", "op runs"]
+    if light:  # a memory-bound family: each one's bytes a second over the GPU's read bandwidth
+        view.caption = f"read bandwidth {table.read_bandwidth / 1e12:.2f} TB/s (a read-only stream on the evaluator's GPU)"
+        columns[5:5] = ["kernel of read bw", "anchor of read bw"]
+    for column in columns:
+        view.add_column(column, justify="left" if column in ("shape", "best kernel", "op runs") else "right")
     for row in table.rows:
         kernel = f"{row.genome_id} (#{row.individual_id})" if row.genome_id else "-"
         speedup = f"{row.speedup:.2f}x" if row.speedup else "-"
         runs = "kernel" if row.chosen else ("PyTorch (kernel unconfirmed)" if row.speedup and row.speedup > 1
                                             and not row.confirmed else "PyTorch")
-        view.add_row(row.shape, f"{row.weight:g}", kernel, format_seconds(row.kernel_s), format_seconds(row.anchor_s),
-                     speedup, runs)
+        cells = [row.shape, f"{row.weight:g}", kernel, format_seconds(row.kernel_s), format_seconds(row.anchor_s),
+                 speedup, runs]
+        if light:
+            cells[5:5] = [_share(row.bytes_moved, row.kernel_s, table.read_bandwidth),
+                          _share(row.bytes_moved, row.anchor_s, table.read_bandwidth)]
+        view.add_row(*cells)
     return view
+
+
+def _share(moved: float, seconds: float | None, read: float) -> str:
+    return f"{moved / seconds / read:.0%}" if seconds else "-"

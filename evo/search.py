@@ -27,6 +27,7 @@ from evo.strategies import Observation, Proposal, Strategy, make_strategy
 from evo.fitness import (BuildConfig, EvalConfig, EvalResult, Status, Target, default_cache_dir, start_ray)
 from evo.fitness.workers import Finished, Pipeline, PipelineConfig
 from evo.kernel_genome import Constraint, Genome
+from evo.runtime import bandwidth
 from evo.seeds import KernelFamily, get_family, parse_workload
 from evo.seeds import family_folder
 
@@ -57,7 +58,7 @@ class Search:
                                                 options=config.strategy_options,
                                                 niches=self.mode.niches, reads=self.mode.reads)
         self.asker = BackgroundAsk(self.strategy)  # the loop's asks, in a thread of their own
-        self.state = LoopState()
+        self.state = LoopState(fitness_bytes=self.family.bytes_moved(self.fitness_shape) if self.family.memory_bound else 0.0)
         self.evaluation = EvalConfig(config.trials, config.cold_cache, self.workload,
                                      threads=self.family.anchor_threads or default_threads())
         self.memory = RunMemory(store, self.family, self.evaluation, reuse=config.reuse)
@@ -323,6 +324,7 @@ class Search:
         anchor = [dataclasses.asdict(t) for t in hardware["anchor"]]
         self.mode.set_anchor(anchor)
         self.state.anchor_s = next(t["median_s"] for t in anchor if t["shape"] == self.fitness_shape.name)
+        self.state.read_bandwidth = hardware.get("read_bandwidth")
         if self.target is not None:
             self.state.target_s = self.target.resolve(self.state.anchor_s)
         info = {k: v for k, v in hardware.items() if k != "anchor"}
@@ -349,4 +351,5 @@ class Search:
         gated, gate_times = self.mode.winner or (None, ())
         return SearchOutcome(run_id, status, exit_code, s.evaluations, s.best_genome,
                              s.best_fitness_s, s.target_s, s.anchor_s, time.monotonic() - s.started, gated, gate_times,
-                             dict(s.statuses), best_unsteady=s.best_unsteady, causes=s.causes.text())
+                             dict(s.statuses), best_unsteady=s.best_unsteady, causes=s.causes.text(),
+                             speed_of_light=bandwidth.describe(s.fitness_bytes, s.best_fitness_s, s.read_bandwidth))

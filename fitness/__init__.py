@@ -1,7 +1,5 @@
 """fitness: build, screen, verify, benchmark and score candidates; Ray workers that run them."""
 
-from pathlib import Path as _Path
-
 from evo.fitness._measurement import measurement_key
 from evo.fitness._ray import RayUnavailable, check_ray_address, prepare_to_join, start_ray
 from evo.fitness.build import BuildConfig, Builder, artifact_key, default_cache_dir
@@ -23,8 +21,6 @@ from evo.fitness.score import Target, format_seconds, format_span
 from evo.fitness.screen import parse_ptxas, screen
 
 __all__ = [
-    "FLUSH_FILE",
-    "QUEUED_FILE",
     "BuildConfig",
     "BuildResult",
     "Builder",
@@ -55,6 +51,3 @@ __all__ = [
     "to_jsonable",
 ]
 
-# what an exported package ships for its self-check (as evo_flush.py and evo_queued.py): the files themselves
-FLUSH_FILE = _Path(__file__).with_name("_flush.py")
-QUEUED_FILE = _Path(__file__).with_name("_queued.py")

@@ -15,6 +15,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
+from evo import runtime
 from evo.fitness.benchmark import TIMING_METHOD
 from evo.fitness.build import artifact_key
 from evo.fitness.evaluate import EvalConfig
@@ -35,8 +36,8 @@ def measurement_key(family, genome: Genome, evaluation: EvalConfig, hardware: di
 
 
 # the code that verifies and times a kernel: a change there may change any verdict or time
-EVALUATOR_FILES = tuple(Path(__file__).with_name(name) for name in
-                        ("evaluate.py", "benchmark.py", "_queued.py", "_flush.py", "_gate.py", "records.py"))
+EVALUATOR_FILES = (*(Path(__file__).with_name(name) for name in ("evaluate.py", "benchmark.py", "_gate.py", "records.py")),
+                   *(Path(runtime.__file__).with_name(name) for name in ("queued.py", "flush.py")))
 
 
 def _code_digest(paths) -> str:

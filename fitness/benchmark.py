@@ -2,13 +2,13 @@
 
 CPU: each sample is one call timed with ``perf_counter``. CUDA: each sample is one replay of a
 CUDA graph holding a burst of back-to-back launches (sized from their GPU time to last
-CUDA_SAMPLE_TARGET_S), between two CUDA events, divided by the burst length, so that host launch
+evo.runtime.queued's BURST_TARGET_S), between two CUDA events, divided by the burst length, so that host launch
 overhead (tens of microseconds from Python) does not dominate microsecond kernels. The samples are
-queued behind a spin kernel (``fitness._queued``), so that no host gap (the graph's launch, a thread
+queued behind a spin kernel (``evo.runtime.queued``), so that no host gap (the graph's launch, a thread
 descheduled on a busy machine) falls between a sample's events.
 
 Cold caches (``cold=True``): before every sample the last-level cache is flushed by reading a
-buffer twice its size (``fitness._flush``, shared with an exported kernel's self-check), so the
+buffer twice its size (``evo.runtime.flush``, shared with an exported kernel's self-check), so the
 operands come from memory, as when a model's weights are streamed from it on each call, not from a
 cache that back-to-back launches keep warm. On CUDA each sample is then one launch between two
 events, flushes and launches queued behind the spin kernel in the same way.
@@ -22,14 +22,11 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from evo.fitness._flush import reading_flush
-from evo.fitness._queued import SpinQueue
 from evo.fitness.records import ShapeTiming
+from evo.runtime.flush import reading_flush
+from evo.runtime.queued import SpinQueue, capture
 from evo.seeds import TimingPlan
 
-CUDA_SAMPLE_TARGET_S = 500e-6  # a CUDA burst should last at least this long (one graph launch's cost spread thin)
-CUDA_MIN_BURST = 2  # launches a burst holds at least
-CUDA_MAX_BURST = 500
 # how CUDA samples are taken, part of a measurement's key (fitness._measurement): a new method measures
 # again instead of reusing what an older one measured
 TIMING_METHOD = "graph bursts sized by GPU time, queued behind a spin kernel"
@@ -108,7 +105,7 @@ def _cpu_samples(run: Callable[[], None], plan: TimingPlan, flush: Callable[[], 
 
 def _cuda_samples(run: Callable[[], None], plan: TimingPlan, cutoff_s: float | None = None) -> tuple[list[float], bool]:
     """Replays of a CUDA graph holding a burst of launches (no host launch overhead in the figure),
-    queued behind a spin kernel (no host gap either: fitness._queued); launches issued from Python where
+    queued behind a spin kernel (no host gap either: evo.runtime.queued); launches issued from Python where
     the work cannot be captured. With a cutoff, a kernel whose single launch is far above it (twice, plus
     what a launch from Python adds) or whose first replay is above it is cut short there."""
     import torch
@@ -131,8 +128,8 @@ def _cuda_samples(run: Callable[[], None], plan: TimingPlan, cutoff_s: float | N
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     queue = SpinQueue.shared()
-    burst = _burst(run, queue)
-    replay = _capture(run, burst)
+    burst = queue.burst(run)
+    replay = capture(run, burst)
     samples: list[float] = []
     started = time.perf_counter()
     while not _enough(samples, started, plan):
@@ -141,32 +138,6 @@ def _cuda_samples(run: Callable[[], None], plan: TimingPlan, cutoff_s: float | N
         if len(samples) == 1 and _above(samples[0], cutoff_s):
             return samples, True
     return samples, False
-
-
-def _burst(run: Callable[[], None], queue: SpinQueue) -> int:
-    """Launches a graph replay holds to last CUDA_SAMPLE_TARGET_S, from the GPU time of a few."""
-    return queue.launches_lasting(lambda launches: _capture(run, launches), CUDA_SAMPLE_TARGET_S,
-                                  CUDA_MIN_BURST, CUDA_MAX_BURST)
-
-
-def _capture(run: Callable[[], None], burst: int) -> Callable[[], None]:
-    import torch
-
-    graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(graph):
-            for _ in range(burst):
-                run()
-        torch.cuda.synchronize()
-        return graph.replay
-    except RuntimeError:  # not capturable: time the launches themselves
-        torch.cuda.synchronize()
-
-        def launches() -> None:
-            for _ in range(burst):
-                run()
-
-        return launches
 
 
 def _cuda_cold_samples(run: Callable[[], None], plan: TimingPlan, cutoff_s: float | None = None) -> tuple[list[float], bool]:
@@ -195,7 +166,7 @@ def time_pair(first: Callable[[], None], second: Callable[[], None], device: str
     """Two callables timed in turns, sample by sample (which goes first alternates), so that a drift of
     the clocks or of the caches touches both alike: a kernel beside its anchor when the two are compared
     (a workload's confirmation and hard gate). Samples as ``time_runs`` takes them: CUDA graph replays of
-    a burst lasting at least CUDA_SAMPLE_TARGET_S (one launch after the flush, cold), or single calls."""
+    a burst lasting at least BURST_TARGET_S (one launch after the flush, cold), or single calls."""
     runs = [first, second]
     flush = reading_flush(device) if cold else None
     burst, queue = 1, None
@@ -214,8 +185,8 @@ def time_pair(first: Callable[[], None], second: Callable[[], None], device: str
         torch.cuda.synchronize()
         queue = SpinQueue.shared()
         if not cold:
-            burst = min(_burst(run, queue) for run in runs)
-            runs = [_capture(run, burst) for run in runs]
+            burst = min(queue.burst(run) for run in runs)
+            runs = [capture(run, burst) for run in runs]
     samples: tuple[list[float], list[float]] = ([], [])
     started = time.perf_counter()
     while not _enough(samples[0], started, plan):

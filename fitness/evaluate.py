@@ -33,6 +33,7 @@ ANCHOR_CUTOFF = 4.0  # a kernel over this many times the anchor's time at a shap
 # The anchor is timed again after this long: on the H100 a flashcore workload evaluator timed cuDNN at 648 us at
 # (4,16,4096,64) as it started and 577-611 us in every confirmation round at the search's end.
 ANCHOR_REFRESH_S = 120.0
+MESSAGE_CHARS = 300  # the most of an error message kept where a secondary anchor could not run
 
 
 def unsteady(timings, anchor) -> str:
@@ -86,6 +87,7 @@ class Evaluator:
         self._anchor_at = 0.0  # time.monotonic() when the anchor was last timed
         self.anchor_pass_s: float | None = None  # wall seconds of timing the anchor on every shape
         self._secondary: dict[str, tuple[ShapeTiming, ...]] | None = None
+        self.secondary_refused: dict[str, str] = {}  # other anchors that could not run every shape, and why
         self.workload = config.workload
         # what the anchor times and where: a workload's shapes against PyTorch's whole computation
         self.timed_shapes = self.workload.shapes if self.workload else family.shapes
@@ -102,6 +104,11 @@ class Evaluator:
             info["device"] = torch.cuda.get_device_name()
             info["cuda"] = torch.version.cuda
             info["driver"] = _driver_version(torch)
+            if self.family.memory_bound:  # what the reports set a kernel's bytes a second against
+                from evo.runtime import bandwidth
+
+                info["read_bandwidth"] = bandwidth.read_bandwidth()
+                info["read_bandwidth_method"] = bandwidth.METHOD
         else:
             info["device"] = cpu_name()
             info["threads"] = torch.get_num_threads()
@@ -141,8 +148,12 @@ class Evaluator:
     def secondary_anchor_timings(self) -> dict[str, tuple[ShapeTiming, ...]]:
         """The family's other anchors (e.g. FA2 beside cuDNN), timed on every shape, once per process."""
         if self._secondary is None:
-            self._secondary = {name: tuple(self.time_anchor(run, shape) for shape in self.timed_shapes)
-                               for name, run in self.secondary_anchors().items()}
+            self._secondary = {}
+            for name, run in self.secondary_anchors().items():
+                try:
+                    self._secondary[name] = tuple(self.time_anchor(run, shape) for shape in self.timed_shapes)
+                except Exception as error:  # e.g. a backend that refuses one of the shapes: not timed, the run goes on
+                    self.secondary_refused[name] = f"{type(error).__name__}: {error}"[:MESSAGE_CHARS]
         return self._secondary
 
     def time_anchor(self, anchor, shape: ProblemShape) -> ShapeTiming:

@@ -91,10 +91,11 @@ class EvaluatorActor:
         return self.evaluator.describe()
 
     def anchor(self):
-        """(the anchor's timings, {secondary anchor: timings}, seconds the anchor's pass took), every
-        shape, timed in this process."""
+        """(the anchor's timings, {secondary anchor: timings}, seconds the anchor's pass took, {secondary anchor
+        that could not run every shape: why}), every shape, timed in this process."""
         anchor = self.evaluator.anchor_timings()
-        return anchor, self.evaluator.secondary_anchor_timings(), self.evaluator.anchor_pass_s
+        secondary = self.evaluator.secondary_anchor_timings()
+        return anchor, secondary, self.evaluator.anchor_pass_s, self.evaluator.secondary_refused
 
     def evaluate(self, genome_json: str, build: BuildResult, screened: ScreenResult,
                  plan: ShapePlan | None = None) -> EvalResult:
@@ -317,9 +318,10 @@ class Pipeline:
         ready, _ = ray.wait([slot.anchor_ref], timeout=0)
         if ready:
             try:
-                anchor, secondary, slot.anchor_pass_s = ray.get(slot.anchor_ref)
+                anchor, secondary, slot.anchor_pass_s, refused = ray.get(slot.anchor_ref)
                 slot.hardware = {**ray.get(slot.actor.describe.remote()), "anchor": anchor,
                                  "secondary_anchors": to_jsonable(secondary),
+                                 **({"secondary_anchors_refused": refused} if refused else {}),
                                  "watchdog": self.config.describe_watchdog(slot.anchor_pass_s)}
             except ray.exceptions.RayActorError as exc:
                 if slot.anchor_attempt:

@@ -1,7 +1,5 @@
 """Kernel families: one folder each with ``spec.py`` (defining FAMILY) and its sources."""
 
-from pathlib import Path
-
 from evo.seeds._family import (
     BLOCK_SHARED_BYTES,
     HOPPER_NVCC_FLAGS,
@@ -15,14 +13,13 @@ from evo.seeds._family import (
     Tolerance,
     shape,
 )
-from evo.seeds._dispatch import DispatchTable, distance
+from evo.runtime.dispatch import DispatchTable, distance
 from evo.seeds._registry import (family_file, family_folder, family_folders, family_names, get_family,
                                  installed_families, is_path_reference)
 from evo.seeds._workload import Workload, check_workload, load_workload_file, parse_workload, resolve_workload, workload
 
 __all__ = [
     "BLOCK_SHARED_BYTES",
-    "CUDA_RUNTIME_FILE",
     "HOPPER_NVCC_FLAGS",
     "BuildRecipe",
     "DispatchTable",
@@ -50,5 +47,3 @@ __all__ = [
     "workload",
 ]
 
-# what an exported package ships beside its module (seeds/_cuda.py as evo_cuda.py): the files themselves
-CUDA_RUNTIME_FILE = Path(__file__).with_name("_cuda.py")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
 
 from evo.kernel_genome import Genome, Space
+from evo.runtime.protocol import EXPORTS_WITH, RUNS_WITH, FamilyRuntime
 
 if TYPE_CHECKING:
     from evo.seeds._workload import Workload
@@ -114,12 +115,15 @@ class KernelFamily(abc.ABC):
     # the GPU its kernels need, e.g. (10, 0) for sm_100a code; None: any device of its kind. On
     # another GPU (or none) its genomes are built and screened, then recorded as unverified
     compute_capability: tuple[int, int] | None = None
+    # bound by reading memory (``bytes_moved`` counts what it must read and write): the reports set a kernel's
+    # bytes a second against the GPU's read bandwidth, measured once per device (evo/runtime/bandwidth.py)
+    memory_bound: bool = False
     # named, weighted sets of shapes of real models (seeds/_workload.py): `evo search --workload NAME`
     workloads: tuple["Workload", ...] = ()
     # dimensions that are switches (0 or 1, e.g. causal); every other dimension is a size >= 1
     flag_dims: tuple[str, ...] = ()
     # dimensions a dispatching op never crosses when it picks the nearest workload shape (the flags
-    # always; e.g. a head dimension), see seeds/_dispatch.py
+    # always; e.g. a head dimension), see evo/runtime/dispatch.py
     categorical_dims: tuple[str, ...] = ()
     # PyTorch's own computation of the whole result (what a workload's op falls back to, and a workload
     # run's anchor); "" when the anchor is that computation (see ``fallback``)
@@ -134,14 +138,16 @@ class KernelFamily(abc.ABC):
     def code_files(self) -> tuple[Path, ...]:
         """Every file whose content can change this family's verdicts and times (measurement reuse is keyed on
         them): the file that defines its class, the sources of the folder it was found in (its spec, runtime,
-        kernels, workload files), and the catalogue's shared helpers (seeds/_*.py, *.cuh)."""
+        kernels, workload files), the catalogue's shared helpers (seeds/_*.py, *.cuh) and the runtime package
+        (evo/runtime/: what loads, launches and times the kernels)."""
         import inspect
 
+        from evo import runtime
         from evo.seeds._registry import family_file
 
         files = {Path(inspect.getfile(type(self))).resolve()}
         found = family_file(self)
-        walks = [_CATALOGUE.glob("*")]
+        walks = [_CATALOGUE.glob("*"), Path(runtime.__file__).resolve().parent.glob("*")]
         if found is not None:
             walks.append(found.resolve().parent.rglob("*"))
         for walk in walks:
@@ -248,7 +254,7 @@ class KernelFamily(abc.ABC):
 
     def shape_distance(self, a: Mapping[str, int], b: Mapping[str, int]) -> float:
         """How far two shapes are, for a dispatching op's choice of the nearest workload shape."""
-        from evo.seeds._dispatch import distance
+        from evo.runtime.dispatch import distance
 
         return distance(a, b, self.flag_dims + self.categorical_dims)
 
@@ -313,40 +319,13 @@ class RuntimeFamily(KernelFamily):
     (evo/_templates/op.py.in), so an exported package runs its kernels as the search did, and nothing is
     written twice. Only ``build_recipe`` is left to write.
 
-    The runtime module (``runtime``: the module, or an object with the same names) defines, for ``dims``
-    a shape's dimensions (a dict, name -> value) and ``genome`` a dict of knobs:
-      DEVICE                            "cpu" or "cuda"
-      make_inputs(dims, generator)      fresh random inputs (a tuple)
-      make_output(dims)                 the output tensor (poisoned by evo before every run)
-      reference(dims, inputs)           the exact answer in higher precision
-      anchor(dims, inputs)              what a user would run instead; its docstring names it
-      load(artifact, genome)            a handle on the built kernel (a shared library's function, a cubin's)
-      launch(handle, dims, inputs, out) the kernel once on ``inputs`` into ``out``
-      PUBLIC, SCHEMA, compute, fake     the exported op: ``PUBLIC`` names the public function ``PUBLIC(op, *args)``
-                                        of the runtime, which checks its arguments, runs PyTorch's own
-                                        computation for what no kernel takes, and hands the rest to
-                                        ``op(*schema_args)``: the torch custom op of schema ``SCHEMA`` whose body
-                                        is ``compute(op, *schema_args)`` (it asks ``op.choose(dims, device)`` for
-                                        a kernel id, None: PyTorch, and runs it with ``op.launch_kernel(kernel_id,
-                                        dims, inputs, out)``) and whose fake is ``fake(*schema_args)`` (shapes
-                                        only, for torch.compile); the public function must be traceable by it
-      call_with(op, dims, inputs)       the public function on the inputs ``make_inputs`` draws
-      USAGE                             how to call it, for the package's docstring and README
-                                        (``__OP_NAME__`` stands for the module's name)
-    and may define ``fallback(dims, inputs)`` (PyTorch's computation of the whole result, when the anchor
-    is less), ``takes(genome, dims)`` (whether a kernel can run a shape), ``bucket(dims)`` (the largest shape
-    of the calls one measured decision covers; default: the shape alone), ``verify_dims(dims)`` (a smaller
-    shape of the same kind a kernel is verified on before it is chosen), ``gradient(grad, *schema_args)`` with
-    ``GRADIENT_SCHEMA`` and ``gradient_fake`` (the op's backward: PyTorch's gradients of the schema's tensor
-    arguments, a tensor each; without it the op refuses an input that requires a gradient, saying
-    ``NO_GRADIENT``), ``surfaces(op)`` (more names for the package's module, such as drop-in modules),
-    ``OTHER_ANCHORS`` (name -> function like ``anchor``) and ``COSTLY_ANCHORS`` (names left out of a workload
-    op's self-check).
+    The runtime module (``runtime``: the module, or an object with the same names) follows
+    evo.runtime.protocol (``FamilyRuntime``: the names it defines, and what each does).
     """
 
-    runtime: Any
-    RUNS_WITH = ("DEVICE", "make_inputs", "make_output", "reference", "anchor", "load", "launch")
-    EXPORTS_WITH = ("PUBLIC", "SCHEMA", "compute", "fake", "call_with", "USAGE")
+    runtime: FamilyRuntime
+    RUNS_WITH = RUNS_WITH
+    EXPORTS_WITH = EXPORTS_WITH
 
     def missing(self, names: Sequence[str]) -> list[str]:
         """Which of ``names`` the runtime lacks (and the public function PUBLIC names, when asked for)."""
@@ -361,7 +340,7 @@ class RuntimeFamily(KernelFamily):
         lacking = self.missing(self.RUNS_WITH)
         if lacking:
             raise ValueError(f"family {self.name!r}, runtime: it lacks {', '.join(lacking)}; give the class a "
-                             f"runtime module that defines them (see RuntimeFamily in seeds/_family.py)")
+                             f"runtime module that defines them (see evo/runtime/protocol.py)")
 
     def make_inputs(self, shape: ProblemShape, generator: Any) -> tuple[Any, ...]:
         self.check_shape(shape)

@@ -1,5 +1,3 @@
-import importlib.util
-import sys
 import os
 import shutil
 import tempfile
@@ -9,27 +7,8 @@ from pathlib import Path
 import pytest
 
 FAULTY = "tests.families.faulty:FAMILY"
-REPOSITORY = Path(__file__).resolve().parents[1]
 # exported ops keep their measured decisions here, not in the home of whoever runs the tests (subprocesses inherit it)
 os.environ.setdefault("EVO_OP_CACHE", tempfile.mkdtemp(prefix="evo-op-decisions-"))
-
-
-@pytest.fixture
-def repository_module():
-    """Loads a file of this repository that is not on the import path (a benchmark, evo/_selfcheck.py) as a
-    module: ``repository_module("benchmarks/design_trap.py")``."""
-    def load(relative: str):
-        path = REPOSITORY / relative
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # as an import would: dataclasses look their module up there
-        try:
-            spec.loader.exec_module(module)
-        finally:
-            del sys.modules[spec.name]
-        return module
-
-    return load
 
 
 @pytest.fixture(scope="session")

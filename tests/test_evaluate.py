@@ -51,7 +51,7 @@ def test_cold_cache_timing_flushes_the_cache_before_every_timed_run(monkeypatch,
     ({}, 0),
 ])
 def test_the_flush_reads_twice_the_largest_cache_sysfs_reports(tmp_path, sizes, expected):
-    from evo.fitness import _flush
+    from evo.runtime import flush as _flush
 
     for index, text in sizes.items():
         (tmp_path / index).mkdir()

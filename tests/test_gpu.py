@@ -90,7 +90,7 @@ def test_a_host_gap_inside_a_sample_is_not_timed():
 
     import torch
 
-    from evo.fitness._queued import SpinQueue
+    from evo.runtime.queued import SpinQueue
 
     x = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
     y = torch.empty_like(x)

@@ -129,7 +129,7 @@ def test_gradients_and_torch_compile_fullgraph_through_the_public_function(tmp_p
 
 def test_two_packages_in_one_process_each_run_their_own_files(tmp_path):
     """Two exported ops in one process (a model using an attention op and a patch-embedding op, say): each
-    package's evo_family.py and evo_op.py are its own, though their files have the same names."""
+    package's evo_family.py and evo_runtime/ are its own, though their files have the same names."""
     from evo.cli import main
 
     (tmp_path / "one").mkdir()

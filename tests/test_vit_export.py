@@ -24,8 +24,7 @@ def test_the_package_holds_the_launcher_and_needs_no_evo(tmp_path):
     module = f"vit_gemm_{genome.id}"
     assert {p.name for p in out.iterdir()} == {"kernel.cu", "kernel.cubin", "build.sh", f"{module}.py",
                                                "metadata.json", "selfcheck.py", "vit_gemm_launch.py",
-                                               "vit_gemm_problem.py", "vit_gemm_timm.py", "evo_cuda.py", "evo_family.py", "evo_flush.py",
-                                               "evo_queued.py", "evo_dispatch.py", "evo_op.py", "evo_decisions.py",
+                                               "vit_gemm_problem.py", "vit_gemm_timm.py", "evo_family.py", "evo_runtime",
                                                "prepare.py", "README.md"}
     assert "#define CLUSTER 2" in (out / "kernel.cu").read_text()
     from evo.seeds.vit_gemm.launch import blocks, shared_bytes

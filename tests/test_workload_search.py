@@ -159,9 +159,8 @@ def test_the_op_measures_the_winning_kernel_runs_pytorch_where_it_lost_and_decid
     metadata = json.loads((package / "metadata.json").read_text())
     assert [(r["shape"], r["choice"]) for r in metadata["table"]] == [("wins", fast.id), ("loses", "pytorch")]
     assert sorted(p.name for p in package.iterdir()) == sorted(
-        ["README.md", "build.sh", "cpu_gemm_two.py", "evo_dispatch.py", "evo_family.py", "evo_flush.py", "evo_queued.py",
-         "evo_op.py", "evo_decisions.py", "prepare.py", f"kernel_{fast.id}.cpp", f"kernel_{fast.id}.so", "metadata.json",
-         "selfcheck.py"])
+        ["README.md", "build.sh", "cpu_gemm_two.py", "evo_family.py", "evo_runtime", "prepare.py",
+         f"kernel_{fast.id}.cpp", f"kernel_{fast.id}.so", "metadata.json", "selfcheck.py"])
     script = f"""
         import os, sys, torch
         os.environ["EVO_OP_CACHE"] = {str(tmp_path / "decisions")!r}

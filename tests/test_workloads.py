@@ -113,7 +113,7 @@ def test_evo_families_lists_the_workloads(capsys):
     assert "workload llm_layers (40 shapes)" in out and "workload small (4 shapes)" in out
 
 
-# -- the dispatch rule (seeds/_dispatch.py, shipped as evo_dispatch.py) ----------------------------------
+# -- the dispatch rule (evo/runtime/dispatch.py, shipped in evo_runtime/) ----------------------------------
 def test_the_table_gives_a_workload_shape_exactly_and_the_nearest_of_the_same_kind():
     entries = [{"shape": "short", "dims": {"s": 512, "d": 64}, "weight": 1, "choice": "k1"},
                {"shape": "long", "dims": {"s": 8192, "d": 64}, "weight": 1, "choice": None},

@@ -105,7 +105,7 @@ class LineageReport:
     knobs: tuple[KnobEffect, ...] = ()
     importance_method: str = ""
     fitness_shape: str = ""  # the shape whose time is the fitness (the mission, or a workload's primary)
-    dispatch: object | None = None  # a workload run's DispatchTable (evo/dispatch.py)
+    dispatch: object | None = None  # a workload run's DispatchReport (evo/dispatch.py)
 
 
 def _naive(moment: datetime) -> datetime:

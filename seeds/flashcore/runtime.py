@@ -1,9 +1,9 @@
 """FlashCore at run time: inputs, reference, anchors, loading a cubin's two kernels and launching them
 (tensor maps, the grid key split's workspace), and the exported op's public function ``attention``.
 
-Standalone (torch, cuda.bindings, plan.py and seeds/_cuda.py; never evo): the family runs its kernels
+Standalone (torch, cuda.bindings, plan.py and evo/runtime/cuda.py; never evo): the family runs its kernels
 through this module, and `evo export` ships it beside the op as evo_family.py (with flashcore_plan.py
-and evo_cuda.py), so the package launches them exactly as the search timed them. ``dims`` is a shape
+and evo_runtime/), so the package launches them exactly as the search timed them. ``dims`` is a shape
 with b, h, s, d and causal; ``genome`` a dict of knobs.
 """
 
@@ -18,13 +18,13 @@ from typing import Mapping
 import torch
 
 if __package__:  # seeds.flashcore.runtime, inside evo
-    from evo.seeds._cuda import (CudaModule, MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, mappable,
+    from evo.runtime.cuda import (CudaModule, MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, mappable,
                              require_capability, tensor_map, ticketed_workspace)
     from evo.seeds.flashcore import dropin, plan
 else:  # an exported package's evo_family.py, with the files it imports beside it
     import flashcore_dropin as dropin
     import flashcore_plan as plan
-    from evo_cuda import (CudaModule, MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, mappable,
+    from evo_runtime.cuda import (CudaModule, MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, mappable,
                           require_capability, tensor_map, ticketed_workspace)
 
 DEVICE = "cuda"

@@ -89,8 +89,7 @@ class FlashCore(RuntimeFamily):
     anchor_name = "torch SDPA (default backend: cuDNN on the H100)"
     # inputs, reference, anchors, load and launch: seeds/flashcore/runtime.py, which an export ships
     runtime = flashcore_runtime
-    export_files = (("flashcore_plan.py", HERE / "plan.py"), ("flashcore_dropin.py", HERE / "dropin.py"),
-                    ("evo_cuda.py", HERE.parent / "_cuda.py"))
+    export_files = (("flashcore_plan.py", HERE / "plan.py"), ("flashcore_dropin.py", HERE / "dropin.py"))
     timing = TimingPlan(warmup=5, min_runs=20, max_runs=200, min_seconds=0.02)
 
     def build_recipe(self, genome) -> BuildRecipe:

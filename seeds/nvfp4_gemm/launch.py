@@ -2,7 +2,7 @@
 workspaces, a's fp16 prepass and the TMA descriptors.
 
 Needs torch and cuda.bindings, never the rest of evo: `evo export` copies this file beside an exported
-kernel as nvfp4_launch.py (and seeds/_cuda.py as evo_cuda.py), so the package launches the kernel
+kernel as nvfp4_launch.py (and evo.runtime as evo_runtime/), so the package launches the kernel
 exactly as the search timed it. ``g`` is a genome or its dict, ``s`` a shape with l, m, n, k and
 blocked (a ProblemShape or a plain dict).
 """
@@ -13,9 +13,9 @@ import ctypes
 from typing import Any, Mapping
 
 if __package__:  # seeds.nvfp4_gemm.launch, inside evo
-    from evo.seeds._cuda import TensorMapBytes, box_map, multiprocessors, ptr, ticketed_workspace
-else:  # an exported kernel's nvfp4_launch.py, with evo_cuda.py beside it
-    from evo_cuda import TensorMapBytes, box_map, multiprocessors, ptr, ticketed_workspace
+    from evo.runtime.cuda import TensorMapBytes, box_map, multiprocessors, ptr, ticketed_workspace
+else:  # an exported kernel's nvfp4_launch.py, with evo_runtime/ beside it
+    from evo_runtime.cuda import TensorMapBytes, box_map, multiprocessors, ptr, ticketed_workspace
 
 CLUSTERED = ("cluster", "cluster_l2")  # split_reduce values whose split tiles are one thread-block cluster
 
@@ -84,7 +84,7 @@ def split_workspace(g, s: Mapping, split: int) -> tuple[int, int]:
 
 
 class Launcher:
-    """One genome's GEMM kernel and a's prepass kernel, loaded from its cubin (a seeds/_cuda.py
+    """One genome's GEMM kernel and a's prepass kernel, loaded from its cubin (a evo/runtime/cuda.py
     CudaModule), and what their launches keep between calls: per shape and stream the split
     workspace with its ticket counters (they count on across launches), a's fp16 copy and the
     tensor maps; per cluster size how many clusters the driver says run at once (``kept``)."""

@@ -1,9 +1,9 @@
 """nvfp4_gemm at run time: inputs, reference, anchors, PyTorch's whole computation, loading and launching
 a genome's kernels (launch.py), and the exported op's public function ``gemm``.
 
-Standalone (torch, cuda.bindings, launch.py, formats.py and seeds/_cuda.py; never evo): the family runs
+Standalone (torch, cuda.bindings, launch.py, formats.py and evo/runtime/cuda.py; never evo): the family runs
 its kernels through this module, and `evo export` ships it beside the op as evo_family.py (with
-nvfp4_launch.py, nvfp4_formats.py and evo_cuda.py), so the package launches them exactly as the search
+nvfp4_launch.py, nvfp4_formats.py and evo_runtime/), so the package launches them exactly as the search
 timed them. ``dims`` is a shape with l, m, n, k and blocked; ``genome`` a dict of knobs.
 """
 
@@ -15,13 +15,13 @@ from typing import Mapping
 import torch
 
 if __package__:  # seeds.nvfp4_gemm.runtime, inside evo
-    from evo.seeds._cuda import CudaModule, require_capability
+    from evo.runtime.cuda import CudaModule, require_capability
     from evo.seeds.nvfp4_gemm import formats, linear
     from evo.seeds.nvfp4_gemm.launch import Launcher
 else:  # an exported package's evo_family.py, with the files it imports beside it
     import nvfp4_formats as formats
     import nvfp4_linear as linear
-    from evo_cuda import CudaModule, require_capability
+    from evo_runtime.cuda import CudaModule, require_capability
     from nvfp4_launch import Launcher
 
 DEVICE = "cuda"

@@ -260,7 +260,7 @@ class Nvfp4Gemm(RuntimeFamily):
     # which an export ships with the files it imports
     runtime = nvfp4_runtime
     export_files = (("nvfp4_launch.py", HERE / "launch.py"), ("nvfp4_formats.py", HERE / "formats.py"),
-                    ("nvfp4_linear.py", HERE / "linear.py"), ("evo_cuda.py", HERE.parent / "_cuda.py"))
+                    ("nvfp4_linear.py", HERE / "linear.py"))
     timing = TimingPlan(warmup=3, min_runs=10, max_runs=100, min_seconds=0.05)
 
     def build_recipe(self, genome) -> BuildRecipe:

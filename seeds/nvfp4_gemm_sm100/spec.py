@@ -106,14 +106,14 @@ class Nvfp4GemmSm100(Nvfp4Gemm):
             raise ValueError(f"nvfp4_gemm_sm100 handles K a multiple of {BLOCK_K}, not {shape['k']}")
 
     def load(self, artifact: Path, genome):
-        from evo.seeds._cuda import CudaModule
+        from evo.runtime.cuda import CudaModule
 
         kernel = CudaModule(artifact).sized_kernel("nvfp4_gemm_sm100", "nvfp4_sm100_shared_bytes", shared_bytes(genome),
                                                    "nvfp4_gemm_sm100.cu")
         return kernel, genome.as_dict(), {}
 
     def launch(self, kernel, shape: ProblemShape, inputs, output) -> None:
-        from evo.seeds._cuda import batched_byte_map, multiprocessors, ptr, ticketed_workspace
+        from evo.runtime.cuda import batched_byte_map, multiprocessors, ptr, ticketed_workspace
         from evo.seeds.nvfp4_gemm import formats
 
         function, g, cache = kernel

@@ -2,7 +2,7 @@
 persistent grid of the blocks that fit at once), the tensor maps and the folded bias + pos table.
 
 Needs torch and cuda.bindings, never the rest of evo: `evo export` copies this file beside an exported
-kernel as vit_gemm_launch.py (and seeds/_cuda.py as evo_cuda.py), so the package launches the kernel
+kernel as vit_gemm_launch.py (and evo.runtime as evo_runtime/), so the package launches the kernel
 exactly as the search timed it. ``g`` is a genome or its dict, ``s`` a shape with m, n, k and p (a
 ProblemShape or a plain dict).
 """
@@ -14,9 +14,9 @@ import functools
 from typing import Any, Mapping
 
 if __package__:  # seeds.vit_gemm.launch, inside evo
-    from evo.seeds._cuda import MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, multiprocessors
-else:  # an exported kernel's vit_gemm_launch.py, with evo_cuda.py beside it
-    from evo_cuda import MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, multiprocessors
+    from evo.runtime.cuda import MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, multiprocessors
+else:  # an exported kernel's vit_gemm_launch.py, with evo_runtime/ beside it
+    from evo_runtime.cuda import MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, multiprocessors
 
 ROWWISE_STRIDE = 64 + 8  # floats a row of the fp32 staging (ROWWISE_STRIDE in vit_gemm_parts.cuh)
 
@@ -104,7 +104,7 @@ def pad_k(matrix):
 
 
 class Launcher:
-    """One genome's kernel, loaded from its cubin (a seeds/_cuda.py CudaModule), and what its launches
+    """One genome's kernel, loaded from its cubin (a evo/runtime/cuda.py CudaModule), and what its launches
     keep between calls: per shape its prepared launch (with the tensor maps of the buffers it has seen and, per
     stream, the folded table)."""
 

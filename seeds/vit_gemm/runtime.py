@@ -1,9 +1,9 @@
 """vit_gemm at run time: inputs, reference, anchors, PyTorch's whole computation, loading and launching a
 genome's kernel (launch.py), and the exported op's public function ``patch_embed``.
 
-Standalone (torch, cuda.bindings, launch.py, problem.py and seeds/_cuda.py; never evo): the family runs
+Standalone (torch, cuda.bindings, launch.py, problem.py and evo/runtime/cuda.py; never evo): the family runs
 its kernels through this module, and `evo export` ships it beside the op as evo_family.py (with
-vit_gemm_launch.py, vit_gemm_problem.py and evo_cuda.py), so the package launches them exactly as the
+vit_gemm_launch.py, vit_gemm_problem.py and evo_runtime/), so the package launches them exactly as the
 search timed them. ``dims`` is a shape with m, n, k and p; ``genome`` a dict of knobs.
 """
 
@@ -15,14 +15,14 @@ from typing import Mapping
 import torch
 
 if __package__:  # seeds.vit_gemm.runtime, inside evo
-    from evo.seeds._cuda import CudaModule, require_capability
+    from evo.runtime.cuda import CudaModule, require_capability
     from evo.seeds.vit_gemm import problem
     from evo.seeds.vit_gemm import timm_fusion
     from evo.seeds.vit_gemm.launch import Launcher, takes  # noqa: F401 (takes: the runtime's word on a shape)
 else:  # an exported package's evo_family.py, with the files it imports beside it
     import vit_gemm_problem as problem
     import vit_gemm_timm as timm_fusion
-    from evo_cuda import CudaModule, require_capability
+    from evo_runtime.cuda import CudaModule, require_capability
     from vit_gemm_launch import Launcher, takes  # noqa: F401
 
 DEVICE = "cuda"

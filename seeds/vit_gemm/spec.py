@@ -214,7 +214,7 @@ class VitGemm(RuntimeFamily):
     # which an export ships with the files it imports
     runtime = vit_gemm_runtime
     export_files = (("vit_gemm_launch.py", HERE / "launch.py"), ("vit_gemm_problem.py", HERE / "problem.py"),
-                    ("vit_gemm_timm.py", HERE / "timm_fusion.py"), ("evo_cuda.py", HERE.parent / "_cuda.py"))
+                    ("vit_gemm_timm.py", HERE / "timm_fusion.py"))
 
     def build_recipe(self, genome) -> BuildRecipe:
         g = genome.as_dict()

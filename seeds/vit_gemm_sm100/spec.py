@@ -70,14 +70,14 @@ class VitGemmSm100(VitGemm):
     def load(self, artifact: Path, genome):
         """(kernel, knobs, its tensor maps by buffers, resident blocks: one an SM), after checking that
         the kernel plans the shared memory the spec sizes."""
-        from evo.seeds._cuda import CudaModule, multiprocessors
+        from evo.runtime.cuda import CudaModule, multiprocessors
 
         kernel = CudaModule(artifact).sized_kernel("vit_gemm_sm100", "vit_gemm_sm100_shared_bytes",
                                                    shared_bytes(genome), "vit_gemm_sm100.cu")
         return kernel, genome.as_dict(), {}, multiprocessors()
 
     def launch(self, kernel, shape, inputs, output) -> None:
-        from evo.seeds._cuda import matrix_map, ptr
+        from evo.runtime.cuda import matrix_map, ptr
 
         function, g, maps, resident = kernel
         a, w, bias, pos = inputs[:4]

@@ -47,12 +47,12 @@ class CudaAxpy(KernelFamily):
         return 2 * a.double() + b.double()
 
     def load(self, artifact: Path, genome):
-        from evo.seeds._cuda import CudaModule
+        from evo.runtime.cuda import CudaModule
 
         return CudaModule(artifact).kernel("evo_axpy"), genome["threads"], genome["per_thread"]
 
     def launch(self, kernel, shape, inputs, output):
-        from evo.seeds._cuda import ptr
+        from evo.runtime.cuda import ptr
 
         function, threads, per_thread = kernel
         n = shape["n"]

@@ -5,8 +5,8 @@ lines whose write-back the timed run would pay (on the H100 that adds ~4 us to b
 N=7168 K=2048, and far less to a kernel reading a quarter of the bytes), which is not the state a
 model's other layers leave behind.
 
-Imports torch only: the evaluator uses it, and ``evo export`` ships it beside ``selfcheck.py`` (as
-``evo_flush.py``) so that an exported kernel's self-check flushes exactly as the search did.
+Imports torch only: the evaluator uses it, and an exported package's ``selfcheck.py`` (evo.runtime is shipped
+whole as evo_runtime/), so that an exported kernel's self-check flushes exactly as the search did.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """An exported op at run time: which kernel a call runs, decided by measurement and remembered on disk,
 the kernels loaded once per device, and the torch custom op with its fake and its backward.
 
-Imports torch, evo_dispatch.py and evo_decisions.py only: `evo export` ships this file beside the op's
-module as evo_op.py. What a call of the op does:
+Imports torch and its siblings in evo.runtime only (`evo export` ships the package whole as evo_runtime/,
+beside the op's module). What a call of the op does:
 1. The family's public function (its runtime's ``PUBLIC``) checks the arguments and runs PyTorch's own
    computation for what no kernel takes (a mask, CPU tensors, ...); the rest it hands to ``Op.__call__``
    with the custom op's arguments (its ``SCHEMA``).
@@ -13,7 +13,7 @@ module as evo_op.py. What a call of the op does:
    input that requires a gradient, loudly, rather than return a detached output.
 3. ``compute`` asks ``Op.choose(dims, device)`` for a kernel (None: PyTorch), see ``choose``.
 
-Decisions persist on disk per device model (evo_decisions.py says where). ``EVO_OP_MEASURE=0`` turns
+Decisions persist on disk per device model (decisions.py says where). ``EVO_OP_MEASURE=0`` turns
 measuring off: the op then runs PyTorch at shapes with no decision (a workload shape: its search's choice).
 """
 
@@ -32,12 +32,8 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
-if __package__:  # seeds._op, inside evo
-    from evo.seeds import _dispatch as evo_dispatch
-    from evo.seeds._decisions import DecisionFile, bucket_key, cache_path, device_context, time_calls, within
-else:  # an exported package's evo_op.py, with evo_dispatch.py and evo_decisions.py beside it
-    import evo_dispatch
-    from evo_decisions import DecisionFile, bucket_key, cache_path, device_context, time_calls, within
+from .decisions import DecisionFile, bucket_key, cache_path, device_context, time_calls, within
+from .dispatch import DispatchTable
 
 PYTORCH = "pytorch"  # a decision's choice where PyTorch's computation runs
 MARGIN = 0.01  # a kernel is chosen only where it is at least this much faster than PyTorch as the caller sees it
@@ -63,13 +59,13 @@ class Decision:
 
 
 class Op:
-    """One exported op: ``kernels`` (id -> {"genome", "artifact"}), the workload's ``table`` (evo_dispatch's
+    """One exported op: ``kernels`` (id -> {"genome", "artifact"}), the workload's ``table`` (dispatch.py's
     dict), the family's runtime module, the package's folder and the family's tolerance."""
 
     def __init__(self, name: str, family, kernels: Mapping, table: Mapping, here: Path, tolerance: Mapping) -> None:
         self.name, self.family, self.here, self.tolerance = name, family, Path(here), dict(tolerance)
         self.kernels = dict(kernels)
-        self.table = evo_dispatch.DispatchTable.from_dict(table)
+        self.table = DispatchTable.from_dict(table)
         self.takes = getattr(family, "takes", lambda genome, dims: True)
         self.bucket = getattr(family, "bucket", lambda dims: dict(dims))
         self.verify_dims = getattr(family, "verify_dims", lambda dims: dict(dims))

@@ -11,6 +11,10 @@ before each one's first event, e.g. a cache flush) while it spins and while the 
 sample is kept only if the host had queued its last event before the GPU could have reached its first:
 before the spin (timed by two more events) and the samples ahead of it had run. Otherwise the batch is
 queued again behind a spin twice as long.
+
+A sample of a short kernel is a CUDA graph of a burst of back-to-back launches (``capture``), sized from
+their GPU time to last at least BURST_TARGET_S (``SpinQueue.burst``), so that a graph launch's own cost
+is spread thin: evo's benchmark and an exported package's self-check size and capture it here alike.
 """
 
 from __future__ import annotations
@@ -23,6 +27,10 @@ SPIN_MIN_S = 20e-6
 SPIN_MAX_S = 50e-3  # a batch still not covered by a spin this long is kept (the machine is that busy)
 SPIN_MARGIN = 2.0  # the next spin lasts this many times what the last batch needed
 CALIBRATION_CYCLES = 1_000_000
+BURST_TARGET_S = 500e-6  # a burst should last at least this long (one graph launch's cost spread thin)
+BURST_FEWEST = 2  # launches a burst holds at least
+BURST_MOST = 500
+BURST_PROBE = 4  # launches in the graph whose replays size a burst
 
 Sample = tuple[Callable[[], None] | None, Callable[[], None]]  # queued before the first event, timed
 
@@ -53,12 +61,11 @@ class SpinQueue:
 
         return torch.cuda.current_device()
 
-    def launches_lasting(self, capture: Callable[[int], Callable[[], None]], seconds: float, fewest: int,
-                         most: int, probe: int = 4) -> int:
-        """How many launches a graph needs to last ``seconds`` on the GPU (between ``fewest`` and ``most``),
-        from the fastest of three replays of a graph of ``probe`` launches (``capture(k)``: a graph of k)."""
-        per_launch = max(min(self.batch([(None, capture(probe))] * 3)) / probe, 1e-7)
-        return max(fewest, min(most, math.ceil(seconds / per_launch)))
+    def burst(self, run: Callable[[], None]) -> int:
+        """How many launches of ``run`` a graph needs to last BURST_TARGET_S on the GPU (BURST_FEWEST to
+        BURST_MOST), from the fastest of three replays of a graph of BURST_PROBE launches."""
+        per_launch = max(min(self.batch([(None, capture(run, BURST_PROBE))] * 3)) / BURST_PROBE, 1e-7)
+        return max(BURST_FEWEST, min(BURST_MOST, math.ceil(BURST_TARGET_S / per_launch)))
 
     def _events(self, count: int) -> list:
         return [self._torch.cuda.Event(enable_timing=True) for _ in range(count)]
@@ -95,6 +102,35 @@ class SpinQueue:
                 return times
             self.requeued += 1
             self.spin_s = min(SPIN_MAX_S, max(2 * self.spin_s, SPIN_MARGIN * needed))
+
+
+def capture(run: Callable[[], None], burst: int) -> Callable[[], None]:
+    """A replay of a CUDA graph of ``burst`` back-to-back calls of ``run`` (no host launch overhead in a
+    sample), warmed up off the default stream as capture requires; the plain calls where the work cannot
+    be captured."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            for _ in range(burst):
+                run()
+        torch.cuda.synchronize()
+        return graph.replay
+    except RuntimeError:  # not capturable: time the launches themselves
+        torch.cuda.synchronize()
+
+        def launches() -> None:
+            for _ in range(burst):
+                run()
+
+        return launches
 
 
 _CALIBRATED: dict[int, float] = {}

@@ -1,9 +1,9 @@
 """A workload op's dispatch table, and the distance between two shapes.
 
 Imports nothing: the family contract uses it (``KernelFamily.shape_distance``), evo's reports read
-the same table, and `evo export` ships this file beside a workload's op as evo_dispatch.py.
+the same table, and an exported op reads it (part of evo.runtime, shipped whole as evo_runtime/).
 
-What the exported op does with it (evo_op.py, ``Op.choose``): a call of a workload shape measures that
+What the exported op does with it (op.py, ``Op.choose``): a call of a workload shape measures that
 shape's kernel against PyTorch (``exact``; PyTorch where the search found none faster); any other call
 measures the kernels of the nearest workload shapes (``nearest``: by ``distance``, the sum over the
 numeric dimensions of |log2(a / b)|, infinite where a categorical dimension such as causal, a head

@@ -1,9 +1,8 @@
 """What a short-spec family does at run time — inputs, output, reference, anchor, loading and launching
 the kernel, the exported op's public function — from the spec's plain description (a dict of JSON types):
 a ``SpecRuntime`` is the family's runtime (seeds/_family.py, ``RuntimeFamily``). Standalone (torch,
-ctypes, and for CUDA seeds/_cuda.py, shipped as evo_cuda.py), so that evo's evaluators and an exported
-package run the same code: `evo export` copies this file beside the op's module as evo_spec_runtime.py,
-and writes evo_family.py (``runtime_module``) to make the runtime from the spec.
+ctypes, and for CUDA cuda.py beside it), so that evo's evaluators and an exported package run the same
+code: `evo export` copies evo.runtime whole as evo_runtime/ beside the op's module, and writes evo_family.py (``runtime_module``) to make the runtime from the spec.
 
 The description: {"device": "cpu" | "cuda", "function": name, "args": [{"tensor": name, "shape": "m, k",
 "dtype": ..., "output": bool} | {"scalar": name, "value": expression, "ctype": ...}], "reference": expression,
@@ -22,15 +21,7 @@ SAFE_BUILTINS = {"min": min, "max": max, "abs": abs}
 CUDA_DEFAULT_SHARED = 48 * 1024  # dynamic shared memory a kernel may use without asking
 
 
-# seeds/_cuda.py, inside evo or beside an exported package as evo_cuda.py: bound when this module is imported,
-# so that another evo package's file of that name never stands in for it
-try:
-    from evo.seeds import _cuda as _CUDA
-except ImportError:  # an exported package
-    try:
-        import evo_cuda as _CUDA
-    except ImportError:  # a CPU family's package ships no evo_cuda.py
-        _CUDA = None
+from . import cuda as _CUDA
 
 
 def evaluate(expression: str, names: Mapping[str, Any]) -> Any:
@@ -189,7 +180,7 @@ def runtime_module(family: str, spec: Mapping[str, Any]) -> str:
 
     names = ("DEVICE", "PUBLIC", "SCHEMA", "USAGE", "make_inputs", "make_output", "reference", "anchor", "load",
              "launch", "call", "compute", "call_with", "fake", "NO_GRADIENT")
-    return (f'"""The runtime of family {family}: its short spec (SPEC), run by evo_spec_runtime.py as evo '
-            f'ran it."""\n\nimport json\n\nfrom evo_spec_runtime import SpecRuntime\n\n'
+    return (f'"""The runtime of family {family}: its short spec (SPEC), run by evo_runtime/spec.py as evo '
+            f'ran it."""\n\nimport json\n\nfrom evo_runtime.spec import SpecRuntime\n\n'
             f"SPEC = json.loads({json.dumps(json.dumps(spec, indent=1))})\n_RUNTIME = SpecRuntime(SPEC)\n"
             + "".join(f"{name} = _RUNTIME.{name}\n" for name in names))

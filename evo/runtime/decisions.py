@@ -1,6 +1,6 @@
 """Where an exported op's decisions are kept, what they depend on, and how a call is timed and checked.
 
-Imports torch only: `evo export` ships this file beside the op as evo_decisions.py (evo_op.py uses it).
+Imports torch only (part of evo.runtime, which `evo export` ships whole as evo_runtime/; op.py uses it).
 
 Decisions persist in a JSON file per op (``cache_path``): ``$EVO_OP_CACHE/<op>.json`` where that variable
 names a directory, else ``~/.cache/evo/ops/<op>.json`` (under ``$XDG_CACHE_HOME`` where set), keyed by the
