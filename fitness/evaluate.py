@@ -107,8 +107,7 @@ class Evaluator:
             if self.family.memory_bound:  # what the reports set a kernel's bytes a second against
                 from evo.runtime import bandwidth
 
-                info["read_bandwidth"] = bandwidth.read_bandwidth()
-                info["read_bandwidth_method"] = bandwidth.METHOD
+                info["read_bandwidth"], info["read_bandwidth_method"] = bandwidth.measured()
         else:
             info["device"] = cpu_name()
             info["threads"] = torch.get_num_threads()

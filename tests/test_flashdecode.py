@@ -1,0 +1,102 @@
+"""flashdecode: attention of a few query tokens over a K/V cache, split across it (seeds/flashdecode)."""
+
+import math
+
+import pytest
+import torch
+
+from evo.fitness import BuildConfig, Builder, Status, screen
+from evo.seeds import get_family
+
+FAMILY = get_family("flashdecode")
+RUNTIME = FAMILY.runtime
+
+
+def _inputs(dims, device="cpu", dtype=torch.float32):
+    generator = torch.Generator(device=device).manual_seed(3)
+    q = torch.randn(dims["b"], dims["h"], dims["q"], dims["d"], generator=generator, device=device, dtype=dtype)
+    k, v = (torch.randn(dims["b"], dims["h_kv"], dims["kv"], dims["d"], generator=generator, device=device, dtype=dtype)
+            for _ in range(2))
+    return q, k, v
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+def test_the_reference_is_sdpa_s_attention_with_grouped_heads_and_its_top_left_causal_mask(causal):
+    """One sequence at a time in fp32, the query heads of a K/V head as rows: what SDPA computes (enable_gqa,
+    is_causal aligned to the top left when there are fewer queries than keys)."""
+    dims = dict(b=2, h=8, h_kv=2, q=5, kv=37, d=64, causal=causal, bf16=0)
+    q, k, v = _inputs(dims)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal), enable_gqa=True)
+    assert torch.allclose(RUNTIME.reference(dims, (q, k, v)), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_splits_fill_the_gpu_never_shorter_than_the_genome_allows(monkeypatch):
+    monkeypatch.setattr(RUNTIME, "multiprocessors", lambda: 132)
+    genome = dict(warps=4, keys_per_warp=32, split_waves=2, min_split_keys=256)
+    one_sequence = dict(b=1, h=32, h_kv=8, q=1, kv=4096)
+    keys, splits = RUNTIME.split_keys(genome, one_sequence)  # 8 row tiles: 33 splits wanted, 16 at most
+    assert (keys, splits) == (256, 16) and keys % (4 * 32) == 0
+    many = dict(b=64, h=32, h_kv=8, q=1, kv=4096)  # 512 row tiles already fill 132 SMs twice: no split
+    assert RUNTIME.split_keys(genome, many) == (4096, 1)
+    ragged = dict(b=1, h=8, h_kv=1, q=1, kv=1000)
+    keys, splits = RUNTIME.split_keys(genome, ragged)
+    assert splits == math.ceil(1000 / keys) and keys * (splits - 1) < 1000 <= keys * splits
+    assert RUNTIME.row_tiles(dict(h=28, h_kv=4, q=5)) == 3  # 35 rows of (query head, query token)
+
+
+def test_bytes_moved_count_the_cache_once_and_the_constraint_keeps_stages_in_shared_memory():
+    mission = FAMILY.mission_shape
+    cache = 2 * 1 * 8 * 4096 * 128 * 2
+    assert FAMILY.bytes_moved(mission) == cache + 2 * 2 * 32 * 128 and FAMILY.memory_bound
+    seed = FAMILY.seed_genomes[0].as_dict()
+    assert not FAMILY.space.values_valid(dict(seed, warps=8, keys_per_warp=64, stages=4))
+    members = [g for g in FAMILY.space.enumerate()]
+    assert members and all(RUNTIME.shared_bytes(g.as_dict(), 128) <= 227 * 1024 for g in members)
+
+
+def _covering(space) -> list:
+    """Genomes that hold every value of every knob the build reads, each build once."""
+    chosen, seen = [], set()
+    for knob in ("warps", "keys_per_warp", "stages", "combine"):
+        for value in space.knob(knob).values:
+            genome = next(g for g in space.enumerate() if g[knob] == value)
+            key = tuple(genome[k] for k in ("warps", "keys_per_warp", "stages", "combine"))
+            if key not in seen:
+                seen.add(key)
+                chosen.append(genome)
+    return chosen
+
+
+@pytest.mark.nvcc
+@pytest.mark.slow
+def test_every_knob_value_compiles_and_passes_the_screen(cache_dir):
+    builder = Builder(BuildConfig(cache_dir))
+    for genome in _covering(FAMILY.space) + [FAMILY.seed_genomes[0]]:
+        recipe = FAMILY.build_recipe(genome)
+        result = screen(builder.build(genome.id, recipe), recipe.output, FAMILY.screen_limits)
+        assert result.status in (Status.OK, Status.SCREENED_OUT), result.message
+        assert result.status is Status.OK or "spill" in result.message, result.message
+
+
+@pytest.mark.gpu
+def test_the_seed_and_each_combine_are_right_on_every_shape(cache_dir):
+    """Each way of merging the splits, on the family's shapes (ragged cache lengths, 35 rows, causal, fp16 at
+    D 64) and a long cache, against the fp32 reference; the output poisoned first."""
+    builder = Builder(BuildConfig(cache_dir))
+    seed = FAMILY.seed_genomes[0]
+    for combine in ("kernel", "overlapped_kernel", "last_block"):
+        genome = FAMILY.space.genome(dict(seed.as_dict(), combine=combine, split_waves=4, min_split_keys=64))
+        build = builder.build(genome.id, FAMILY.build_recipe(genome))
+        assert build.status is Status.OK, build.message
+        artifact = cache_dir / f"{genome.id}.cubin"
+        artifact.write_bytes(build.artifact)
+        loaded = FAMILY.load(artifact, genome)
+        for shape in FAMILY.shapes:
+            inputs = FAMILY.make_inputs(shape, torch.Generator(device="cuda").manual_seed(7))
+            for _ in range(2):  # twice: the tickets of the last block's merge count on across launches
+                out = FAMILY.make_output(shape).fill_(float("nan"))
+                FAMILY.launch(loaded, shape, inputs, out)
+                torch.cuda.synchronize()
+                reference = FAMILY.reference(shape, inputs)
+                assert not out.isnan().any(), (combine, shape.name)
+                assert (out.float() - reference).abs().max().item() <= FAMILY.tolerance.max_abs, (combine, shape.name)
