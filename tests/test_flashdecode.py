@@ -42,6 +42,10 @@ def test_splits_fill_the_gpu_never_shorter_than_the_genome_allows(monkeypatch):
     keys, splits = RUNTIME.split_keys(genome, ragged)
     assert splits == math.ceil(1000 / keys) and keys * (splits - 1) < 1000 <= keys * splits
     assert RUNTIME.row_tiles(dict(h=28, h_kv=4, q=5)) == 3  # 35 rows of (query head, query token)
+    # balanced: 512 row tiles on 396 resident blocks leave a last wave 29% full; three splits fill 97% of it
+    balanced = dict(genome, split_policy="balanced", split_waves=1)
+    assert RUNTIME.split_keys(balanced, many, resident=396)[1] == 3
+    assert RUNTIME.split_keys(balanced, many, resident=None) == RUNTIME.split_keys(genome, many)  # no occupancy: fill
 
 
 def test_bytes_moved_count_the_cache_once_and_the_constraint_keeps_stages_in_shared_memory():

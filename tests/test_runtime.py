@@ -54,3 +54,34 @@ def test_a_copy_of_the_runtime_imports_every_module_where_evo_cannot_be_imported
         "print('runtime ok')\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "runtime ok" in done.stdout, done.stderr[-3000:]
+
+
+def test_a_memory_bound_family_s_tables_give_bytes_a_second_against_the_read_bandwidth():
+    """bandwidth.describe, and the workload table's two columns (kernel's and anchor's share of the read
+    bandwidth), shown only where the run recorded a read bandwidth."""
+    import dataclasses
+
+    from rich.console import Console
+
+    from evo.dispatch import DispatchReport, ShapeChoice
+    from evo.progress import dispatch_table_view
+    from evo.runtime import bandwidth
+    from evo.seeds import get_family
+
+    assert bandwidth.describe(4e6, 1e-6, 5e12) == "4.00 TB/s, 80% of read bandwidth"
+    assert bandwidth.describe(4e6, None, 5e12) == "" and bandwidth.describe(0.0, 1e-6, 5e12) == ""
+    family = get_family("flashdecode")
+    workload = family.workloads[0]
+    shape = workload.shapes[0]
+    moved = family.bytes_moved(shape)
+    row = ShapeChoice(shape.name, dict(shape.dims), 1.0, moved / 4e12, moved / 3e12, 7, "abc", {}, True, False, moved)
+    table = DispatchReport(workload, family.fallback_label, (row,), read_bandwidth=5e12)
+
+    def shown(report) -> str:
+        console = Console(record=True, width=250)
+        console.print(dispatch_table_view(report))
+        return console.export_text()
+
+    text = shown(table)
+    assert "kernel of read bw" in text and "60%" in text and "80%" in text and "read bandwidth 5.00 TB/s" in text
+    assert "of read bw" not in shown(dataclasses.replace(table, read_bandwidth=None))

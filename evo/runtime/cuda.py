@@ -102,6 +102,12 @@ class CudaKernel:
         attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         _check("cuFuncSetAttribute", driver.cuFuncSetAttribute(self.function, attribute, size))
 
+    def blocks_per_sm(self, threads: int, shared_bytes: int) -> int:
+        """How many blocks of ``threads`` threads and ``shared_bytes`` of dynamic shared memory an SM holds at once."""
+        driver = _driver()
+        return int(_check("cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                          driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.function, threads, shared_bytes)))
+
     def max_active_clusters(self, cluster: int, threads: int, shared_bytes: int, *, at_launch: bool = False) -> int:
         """How many clusters of ``cluster`` blocks of ``threads`` threads can run on the device at once;
         at least 1. The cluster size is the kernel's compile-time one, or (``at_launch``) the one a

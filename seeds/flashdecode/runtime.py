@@ -115,14 +115,20 @@ def row_tiles(dims: Mapping) -> int:
     return -(-(dims["h"] // dims["h_kv"]) * dims["q"] // ROWS)
 
 
-def split_keys(genome: Mapping, dims: Mapping) -> tuple[int, int]:
-    """(keys a split takes, splits): enough blocks for ``split_waves`` of them per SM, no split shorter than
-    ``min_split_keys``, each a whole number of the block's steps (warps x keys_per_warp keys)."""
+def split_keys(genome: Mapping, dims: Mapping, resident: int | None = None) -> tuple[int, int]:
+    """(keys a split takes, splits), each a whole number of the block's steps (warps x keys_per_warp keys), no
+    split shorter than ``min_split_keys``. ``split_policy`` "fill": enough blocks for ``split_waves`` of them per
+    SM; "balanced": of the split counts that fill the GPU's ``resident`` blocks at least ``split_waves`` times
+    over, the one whose last wave is fullest (the fewest splits among equals)."""
     step = genome["warps"] * genome["keys_per_warp"]
     tiles = dims["b"] * dims["h_kv"] * row_tiles(dims)
-    wanted = max(1, -(-multiprocessors() * genome["split_waves"] // tiles))
     longest = max(1, dims["kv"] // max(genome["min_split_keys"], step))
-    splits = min(wanted, longest)
+    if genome.get("split_policy", "fill") == "balanced" and resident:
+        least = min(longest, max(1, -(-resident * genome["split_waves"] // tiles)))
+        splits = min(range(least, min(longest, 4 * least) + 1),
+                     key=lambda s: (-(tiles * s / resident) / -(-tiles * s // resident), s))
+    else:
+        splits = min(longest, max(1, -(-multiprocessors() * genome["split_waves"] // tiles)))
     keys = -(-dims["kv"] // splits)
     keys = -(-keys // step) * step
     return keys, -(-dims["kv"] // keys)
@@ -175,7 +181,8 @@ def _prepare(kernels, g: Mapping, dims: Mapping, device: torch.device):
     b, h, h_kv, queries, d = dims["b"], dims["h"], dims["h_kv"], dims["q"], dims["d"]
     split, combine, smem = kernels[d, bool(dims.get("bf16", 0))]
     with torch.cuda.device(device):
-        keys, splits = split_keys(g, dims)
+        resident = split.blocks_per_sm(g["warps"] * 32, smem) * multiprocessors()
+        keys, splits = split_keys(g, dims, resident)
     tiles, rows_total = row_tiles(dims), b * h * queries
     problem = Problem(b, h, h // h_kv, queries, dims["kv"], int(dims["causal"]), keys, splits, tiles,
                       math.log2(math.e) / math.sqrt(d))

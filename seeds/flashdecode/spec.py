@@ -30,6 +30,9 @@ SPACE = Space(
         Choice("split_waves", (1, 2, 4, 8), ordered=True,
                description="blocks per SM the split count aims at (splits = SMs x this / (sequences x K/V heads x row tiles))"),
         Choice("min_split_keys", (64, 128, 256, 512, 1024), ordered=True, description="no split takes fewer keys"),
+        Choice("split_policy", ("fill", "balanced"),
+               description="fill: splits for split_waves blocks per SM; balanced: the split count whose last wave of "
+                           "resident blocks is fullest, at least split_waves waves"),
         Choice("combine", COMBINES, description="who merges the splits: a combine kernel, one launched to overlap the split kernel's end "
                            "(programmatic dependent launch), or each row tile's last block"),
     ],
@@ -38,7 +41,8 @@ SPACE = Space(
                    f"warps x stages x 2 x keys_per_warp x (128 + 8) x 2 <= {BLOCK_SHARED_BYTES}"),
     ],
 )
-SEED = SPACE.genome(dict(warps=4, keys_per_warp=32, stages=2, split_waves=1, min_split_keys=256, combine="kernel"))
+SEED = SPACE.genome(dict(warps=4, keys_per_warp=32, stages=2, split_waves=1, min_split_keys=256, split_policy="fill",
+                         combine="kernel"))
 
 
 def decode_shape(name: str, b: int, h: int, h_kv: int, kv: int, *, q: int = 1, d: int = 128, causal: bool = False,
