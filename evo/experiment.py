@@ -70,7 +70,7 @@ def load_experiment(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     Any problem — missing file, bad TOML, unknown section or key, wrong type — is a ValueError
     naming the file and the key.
     """
-    from evo.seeds._workload import read_toml
+    from evo.seeds import read_toml
 
     path = Path(path)
     data = read_toml(path, f"experiment file {str(path)!r}")

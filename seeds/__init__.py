@@ -16,7 +16,8 @@ from evo.seeds._family import (
 from evo.runtime.dispatch import DispatchTable, distance
 from evo.seeds._registry import (family_file, family_folder, family_folders, family_names, get_family,
                                  installed_families, is_path_reference)
-from evo.seeds._workload import Workload, check_workload, load_workload_file, parse_workload, resolve_workload, workload
+from evo.seeds._workload import (Workload, check_workload, load_workload_file, parse_workload, read_toml,
+                                 resolve_workload, workload)
 
 __all__ = [
     "BLOCK_SHARED_BYTES",
@@ -42,6 +43,7 @@ __all__ = [
     "is_path_reference",
     "load_workload_file",
     "parse_workload",
+    "read_toml",
     "resolve_workload",
     "shape",
     "workload",

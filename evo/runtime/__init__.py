@@ -11,5 +11,7 @@ times and flushes exactly as the search did.
     flush.py      the cache flush before a cold-cache sample
     spec.py       a short-spec family's runtime, made from its plain description
     protocol.py   what a family's runtime module defines (``FamilyRuntime``)
+    attention.py  what attention families share: PyTorch's backward of SDPA as the op's gradient
+    bandwidth.py  the read bandwidth a memory-bound kernel is set against, measured once per device
 Nothing is imported here: ``import evo.runtime`` stays light, and each module is imported by name.
 """

@@ -18,10 +18,12 @@ from typing import Mapping
 import torch
 
 if __package__:  # seeds.flashcore.runtime, inside evo
+    from evo.runtime.attention import GRADIENT_SCHEMA, sdpa_gradient, sdpa_gradient_fake
     from evo.runtime.cuda import (CudaModule, MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, mappable,
                              require_capability, tensor_map, ticketed_workspace)
     from evo.seeds.flashcore import dropin, plan
 else:  # an exported package's evo_family.py, with the files it imports beside it
+    from evo_runtime.attention import GRADIENT_SCHEMA, sdpa_gradient, sdpa_gradient_fake
     import flashcore_dropin as dropin
     import flashcore_plan as plan
     from evo_runtime.cuda import (CudaModule, MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, mappable,
@@ -215,7 +217,6 @@ def _prepare(kernels, g: Mapping, workspaces: dict, dims: Mapping, q, k, v, out)
 
 
 _SDPA = torch.nn.functional.scaled_dot_product_attention  # PyTorch's, kept before any patching (patched_sdpa)
-GRADIENT_SCHEMA = "(Tensor grad, Tensor q, Tensor k, Tensor v, bool causal) -> (Tensor, Tensor, Tensor)"
 
 
 def _kernels_may_take(q, k, v, attn_mask, dropout_p: float, scale, enable_gqa: bool) -> bool:
@@ -326,16 +327,7 @@ def fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> tor
     return torch.empty_like(q)
 
 
-def gradient(grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool):
-    """dq, dk, dv: PyTorch's own backward of SDPA (its forward recomputed) at the op's inputs (the op runs this
-    with autograd on)."""
-    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-    out = _SDPA(*leaves, is_causal=bool(causal), enable_gqa=k.shape[1] != q.shape[1])
-    return tuple(torch.autograd.grad(out, leaves, grad))
-
-
-def gradient_fake(grad, q, k, v, causal):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+gradient, gradient_fake = sdpa_gradient, sdpa_gradient_fake  # PyTorch's backward of SDPA
 
 
 def bucket(dims: Mapping) -> dict:

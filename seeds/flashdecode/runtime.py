@@ -17,8 +17,10 @@ from typing import Mapping
 import torch
 
 if __package__:  # evo.seeds.flashdecode.runtime, inside evo
+    from evo.runtime.attention import GRADIENT_SCHEMA, sdpa_gradient, sdpa_gradient_fake
     from evo.runtime.cuda import CudaModule, PreparedLaunch, current_stream, multiprocessors, require_capability
 else:  # an exported package's evo_family.py, with evo_runtime/ beside it
+    from evo_runtime.attention import GRADIENT_SCHEMA, sdpa_gradient, sdpa_gradient_fake
     from evo_runtime.cuda import CudaModule, PreparedLaunch, current_stream, multiprocessors, require_capability
 
 DEVICE = "cuda"
@@ -220,7 +222,6 @@ def _prepare(kernels, g: Mapping, dims: Mapping, device: torch.device):
 
 
 _SDPA = torch.nn.functional.scaled_dot_product_attention  # PyTorch's, kept before any patching
-GRADIENT_SCHEMA = "(Tensor grad, Tensor q, Tensor k, Tensor v, bool causal) -> (Tensor, Tensor, Tensor)"
 
 
 def _kernels_may_take(q, k, v) -> bool:
@@ -309,15 +310,7 @@ def fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> tor
     return torch.empty(q.shape, dtype=q.dtype, device=q.device)
 
 
-def gradient(grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool):
-    """dq, dk, dv: PyTorch's own backward of SDPA at the op's inputs (the op runs this with autograd on)."""
-    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-    out = _SDPA(*leaves, is_causal=bool(causal), enable_gqa=k.shape[1] != q.shape[1])
-    return tuple(torch.autograd.grad(out, leaves, grad))
-
-
-def gradient_fake(grad, q, k, v, causal):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+gradient, gradient_fake = sdpa_gradient, sdpa_gradient_fake  # PyTorch's backward of SDPA
 
 
 def bucket(dims: Mapping) -> dict:
