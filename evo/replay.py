@@ -86,8 +86,10 @@ def store_space(store, run_id: int, family) -> RecordedSpace:
 
 
 def replay_once(recorded: RecordedSpace, strategy: str, *, seed: int, budget: int, population: int = 8,
-                mode: str = "loop", options: Mapping | None = None) -> list[float | None]:
-    """The times one run of ``strategy`` gets, in the order it is told them (None: a failure)."""
+                mode: str = "loop", options: Mapping | None = None, stop_within: float | None = None) -> list[float | None]:
+    """The times one run of ``strategy`` gets, in the order it is told them (None: a failure); with
+    ``stop_within``, the run ends at the first time within that fraction of the best (what a search with that
+    target would do; the evaluations needed to get there are then the list's length)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     chosen = make_strategy(strategy, recorded.space, seed=seed, population=population, options=options)
@@ -110,6 +112,8 @@ def replay_once(recorded: RecordedSpace, strategy: str, *, seed: int, budget: in
             seconds = recorded.times.get(genome.id)
             told.append(seconds)
             chosen.tell([Observation(genome, born, "ok" if seconds is not None else "compile_error", seconds)])
+            if stop_within is not None and recorded.within(seconds, stop_within):
+                return told
     return told
 
 

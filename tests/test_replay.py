@@ -97,3 +97,37 @@ def test_an_evo_run_is_a_recorded_space(tmp_path, capsys):
     assert main(["replay", "--run", "1", "--db", str(tmp_path / "evo.db"), "--seeds", "2", "--budget", "3",
                  "--strategies", "random"]) == 0
     assert "replay on run 1 (cpu_gemm): 3 recorded configurations, best 1 ms" in capsys.readouterr().out
+
+
+def test_a_run_may_end_at_its_first_time_within_a_fraction_of_the_best(tmp_path):
+    """stop_within: what a search with that target does; the evaluations it needed are the list's length."""
+    recorded = kernel_tuner_space(tiny_cache(tmp_path / "tiny.json.gz"))
+    whole = replay_once(recorded, "random", seed=5, budget=11, population=4)
+    stopped = replay_once(recorded, "random", seed=5, budget=11, population=4, stop_within=0.05)
+    first = next(i + 1 for i, t in enumerate(whole) if recorded.within(t, 0.05))
+    assert stopped == whole[:first] and recorded.within(stopped[-1], 0.05)
+
+
+def test_the_corpus_report_sets_each_strategy_against_the_best_reference_per_space(tmp_path):
+    """benchmarks/tuning_spaces.py report (run as a user runs it): per split, share within 5% after 100
+    evaluations and median evaluations, the worst regret against the best reference strategy, and how many
+    spaces a strategy's median is at or below the best reference's."""
+    import subprocess
+    import sys
+
+    records = [dict(space="a", split="held-out", strategy="mine", seed=s, budget=400, to_5pct=n)
+               for s, n in enumerate([50, 60, 150, None])]
+    records += [dict(space="a", split="held-out", strategy="kt:ga", seed=s, budget=400, to_5pct=n)
+                for s, n in enumerate([40, 90, 95, 120])]
+    records += [dict(space="b", split="tuning", strategy="mine", seed=0, budget=400, to_5pct=10)]
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "tuning_spaces.py"
+    done = subprocess.run([sys.executable, str(script), "report", str(path), "--reference", "kt:ga"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "| a | 75% / 92.5 (4) | 50% / 105 (4) |" in out  # kt:ga first: columns sorted by name
+    assert "| worst regret vs the best reference | +0.00 | +0.25 |" in out
+    assert "| median <= the best reference's | 1 of 1 | 0 of 1 |" in out
+    assert "### tuning (1 spaces)" in out and "| b | - | 100% / 10 (1) |" in out
