@@ -3,11 +3,12 @@
 from evo.strategies.base import Observation, Proposal, Strategy
 from evo.strategies.evolution import EvolutionOptions, EvolutionStrategy
 from evo.strategies.optuna_sampler import SAMPLERS, OptunaOptions, OptunaStrategy
+from evo.strategies.portfolio import PortfolioOptions, PortfolioStrategy
 from evo.strategies.random_search import RandomStrategy
 from evo.strategies.surrogate import SurrogateOptions, SurrogateStrategy
 
 STRATEGIES: dict[str, type[Strategy]] = {
-    cls.name: cls for cls in (EvolutionStrategy, SurrogateStrategy, RandomStrategy, OptunaStrategy)
+    cls.name: cls for cls in (EvolutionStrategy, SurrogateStrategy, RandomStrategy, OptunaStrategy, PortfolioStrategy)
 }
 
 
@@ -27,6 +28,8 @@ __all__ = [
     "Observation",
     "OptunaOptions",
     "OptunaStrategy",
+    "PortfolioOptions",
+    "PortfolioStrategy",
     "Proposal",
     "RandomStrategy",
     "SAMPLERS",
