@@ -38,15 +38,12 @@ from evo_runtime import bandwidth  # noqa: E402
 from evo_runtime.decisions import time_calls, within  # noqa: E402  (the op's own timing and check)
 from evo_runtime.flush import reading_flush  # noqa: E402
 from evo_runtime.queued import SpinQueue, capture  # noqa: E402
+
 SLOWER_BEYOND = 0.02  # the op may be this much slower than the anchor (timing noise) before it fails
 ROUNDS = 3  # rounds of the op and the anchor timed in turns (evo's end-of-run confirmation times as many)
 AGREEMENT = 0.15  # rounds whose ratios lie further apart are unsteady: no speedup is claimed (evo's gate's too)
 PAIRS = 40  # pairs of op and anchor calls a round
 COLD_PAIRS = 16  # ... with cold caches: each call follows a flush (reading twice the cache), which is slow
-
-
-def _queue():
-    return SpinQueue.shared()
 
 
 def _time_cold(run, device: str, samples: int = 50) -> float:
@@ -65,7 +62,7 @@ def _time_cold(run, device: str, samples: int = 50) -> float:
             values.append(time.perf_counter() - start)
         return statistics.median(values)
     torch.cuda.synchronize()
-    return statistics.median(_queue().batch([(flush, run)] * samples))
+    return statistics.median(SpinQueue.shared().batch([(flush, run)] * samples))
 
 
 def _time(run, device: str, samples: int = 15) -> float:
@@ -75,7 +72,7 @@ def _time(run, device: str, samples: int = 15) -> float:
         run()
     values = []
     if device == "cuda":
-        queue = _queue()
+        queue = SpinQueue.shared()
         burst = queue.burst(run)
         values = [seconds / burst for seconds in queue.batch([(None, capture(run, burst))] * samples)]
     else:
@@ -95,13 +92,13 @@ def _paired(op, anchor, device: str, cold: bool, samples: int = PAIRS) -> tuple[
     call (after the flush, cold)."""
     flush = None
     if cold:
-            flush = reading_flush(device)
+        flush = reading_flush(device)
     runs = [op, anchor]
     for run in runs * 3:
         run()
     pairs: list[list[float]] = []
     if device == "cuda":
-        queue, burst = _queue(), 1
+        queue, burst = SpinQueue.shared(), 1
         if not cold:
             burst = min(queue.burst(run) for run in runs)
             runs = [capture(run, burst) for run in runs]
