@@ -9,6 +9,7 @@ given budgets. Kernel Tuner is a benchmark-only dependency: ``pip install kernel
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import random
@@ -49,19 +50,29 @@ def kernel_tuner_run(cache: dict, cache_file: str, strategy: str, seed: int, bud
     return list(told.values())[:budget]
 
 
-def summarize_kernel_tuner(path: Path, strategy: str, seeds, budget: int, budgets=(50, 100, 200, 400)) -> ReplaySummary:
+@contextlib.contextmanager
+def plain_cache(path: Path):
+    """(the cache, its best time, the path of a plain-JSON copy: Kernel Tuner reads no gzip); the copy is removed
+    afterwards. A time counts where it is a positive number, as evo.replay reads the file."""
     with gzip.open(path, "rt") as handle:
         cache = json.load(handle)
-    best = min(e["time"] for e in cache["cache"].values() if isinstance(e.get("time"), (int, float)))
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as plain:  # Kernel Tuner reads plain JSON
+    best = min(e["time"] for e in cache["cache"].values() if isinstance(e.get("time"), (int, float)) and e["time"] > 0)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as plain:
         json.dump(cache, plain)
+    try:
+        yield cache, best, plain.name
+    finally:
+        Path(plain.name).unlink()
+
+
+def summarize_kernel_tuner(path: Path, strategy: str, seeds, budget: int, budgets=(50, 100, 200, 400)) -> ReplaySummary:
     needed = {0.01: [], 0.05: []}
-    for seed in seeds:
-        told = kernel_tuner_run(cache, plain.name, strategy, seed, budget)
-        for fraction, counts in needed.items():
-            hit = next((i + 1 for i, t in enumerate(told) if t is not None and t <= best * (1 + fraction)), None)
-            counts.append(float("inf") if hit is None else float(hit))
-    Path(plain.name).unlink()
+    with plain_cache(path) as (cache, best, plain):
+        for seed in seeds:
+            told = kernel_tuner_run(cache, plain, strategy, seed, budget)
+            for fraction, counts in needed.items():
+                hit = next((i + 1 for i, t in enumerate(told) if t is not None and t <= best * (1 + fraction)), None)
+                counts.append(float("inf") if hit is None else float(hit))
     success = {b: sum(1 for n in needed[0.05] if n <= b) / len(seeds) for b in budgets if b <= budget}
     return ReplaySummary(path.name.split(".")[0], f"kernel_tuner:{strategy}", "sync", len(seeds),
                          quartiles(needed[0.01]), quartiles(needed[0.05]), success)

@@ -21,7 +21,7 @@ reported, never used to choose.
 from __future__ import annotations
 
 import argparse
-import gzip
+import functools
 import hashlib
 import json
 import math
@@ -29,7 +29,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -63,11 +62,19 @@ def fetch(source: Path, target: Path) -> int:
     return 0
 
 
+@functools.cache
+def _recorded(path: str):
+    """A space, read once a worker process (a GEMM space takes 0.7 s to read; each runs 30 seeds or more)."""
+    from evo.replay import kernel_tuner_space
+
+    return kernel_tuner_space(path)
+
+
 def _evo_run(task: tuple) -> dict:
     path, name, split, strategy, seed, budget = task
-    from evo.replay import kernel_tuner_space, replay_once
+    from evo.replay import replay_once
 
-    recorded = kernel_tuner_space(path)
+    recorded = _recorded(path)
     told = replay_once(recorded, strategy, seed=seed, budget=budget, stop_within=WITHIN)
     hit = len(told) if told and recorded.within(told[-1], WITHIN) else None
     return dict(space=name, split=split, strategy=strategy, seed=seed, budget=budget, to_5pct=hit)
@@ -76,17 +83,10 @@ def _evo_run(task: tuple) -> dict:
 def _kernel_tuner_run(task: tuple) -> dict:
     path, name, split, strategy, seed, budget = task
     sys.path.insert(0, str(Path(__file__).parent))
-    from kernel_tuner_replay import kernel_tuner_run
+    from kernel_tuner_replay import kernel_tuner_run, plain_cache
 
-    with gzip.open(path, "rt") as handle:
-        cache = json.load(handle)
-    best = min(e["time"] for e in cache["cache"].values() if isinstance(e.get("time"), (int, float)) and e["time"] > 0)
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as plain:  # Kernel Tuner reads plain JSON
-        json.dump(cache, plain)
-    try:
-        told = kernel_tuner_run(cache, plain.name, strategy.removeprefix(KERNEL_TUNER_PREFIX), seed, budget)
-    finally:
-        os.unlink(plain.name)
+    with plain_cache(Path(path)) as (cache, best, plain):
+        told = kernel_tuner_run(cache, plain, strategy.removeprefix(KERNEL_TUNER_PREFIX), seed, budget)
     hit = next((i + 1 for i, t in enumerate(told) if t is not None and t <= best * (1 + WITHIN)), None)
     return dict(space=name, split=split, strategy=strategy, seed=seed, budget=budget, to_5pct=hit)
 

@@ -40,20 +40,18 @@ class PortfolioStrategy(Strategy):
     def ask(self, n: int) -> list[Proposal]:
         surrogate, tpe = self.arms
         from_tpe = round(self.options.tpe_share * n) if not self.niches else 0  # a workload run: evolution's niches
-        proposals = surrogate.ask(n - from_tpe)
+        proposals = self._ask(surrogate, n - from_tpe) + self._ask(tpe, from_tpe)
+        if len(proposals) < n:  # one arm ran short (a small space): the surrogate fills the batch
+            proposals += self._ask(surrogate, n - len(proposals))
+        return proposals
+
+    def _ask(self, arm: Strategy, n: int) -> list[Proposal]:
+        """``n`` proposals of ``arm``, marked asked in the portfolio and in every other arm."""
+        proposals = arm.ask(n) if n > 0 else []
         for proposal in proposals:
-            tpe.mark_asked(proposal.genome)
-        asked = tpe.ask(from_tpe) if from_tpe else []
-        for proposal in asked:
-            surrogate.mark_asked(proposal.genome)
-        proposals += asked
-        if len(proposals) < n:  # one arm ran short (a small space): the other fills the batch
-            more = surrogate.ask(n - len(proposals))
-            for proposal in more:
-                tpe.mark_asked(proposal.genome)
-            proposals += more
-        for proposal in proposals:
-            self.mark_asked(proposal.genome)
+            for strategy in (self, *self.arms):
+                if strategy is not arm:
+                    strategy.mark_asked(proposal.genome)
         return proposals
 
     def tell(self, observations: Sequence[Observation]) -> None:
