@@ -8,7 +8,9 @@ verified and timed on every shape as in a search (fresh inputs, output poisoned,
 then, for --rounds rounds, every shape is timed once per variant, with bf16 cuBLAS on operands
 dequantised beforehand (and, in the first two rounds, torch dequantise + matmul) timed the same way
 between them. Prints the medians over the rounds as a Markdown table, then each variant's ratio to
-bf16 cuBLAS. Differences under about 2 % between processes are noise on the H100.
+bf16 cuBLAS. Differences under about 2 % between processes are noise on the H100. With --workload
+(a built-in workload's name or a TOML file) the rounds time that workload's shapes instead, and a third
+table gives each variant's bytes a second against the GPU's read bandwidth (evo.runtime.bandwidth).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import evo.seeds.nvfp4_gemm.designs as design  # noqa: E402
 from _reporting import evaluated  # noqa: E402
 from evo.fitness import BuildConfig, Builder, EvalConfig, Evaluator  # noqa: E402
-from evo.seeds import get_family  # noqa: E402
+from evo.runtime.bandwidth import measured  # noqa: E402
+from evo.seeds import get_family, resolve_workload  # noqa: E402
 
 
 def parse_variant(text: str, family):
@@ -50,12 +53,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="rounds of timing in turns (default 5)")
     parser.add_argument("--cold-cache", action="store_true",
                         help="time every run after flushing the L2 cache by reads (operands from HBM)")
+    parser.add_argument("--workload", help="time this workload's shapes (a built-in name or a TOML file)")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
     family = get_family("nvfp4_gemm")
     try:
         variants = dict(parse_variant(text, family) for text in args.variant)
+        shapes = resolve_workload(family, args.workload).shapes if args.workload else family.shapes
     except ValueError as error:
         parser.error(str(error))
 
@@ -71,7 +76,7 @@ def main() -> None:
     (_, bf16), = family.secondary_anchors().items()
     times: dict[tuple[str, str], list[float]] = {}
     for round_ in range(args.rounds):
-        for shape in family.shapes:
+        for shape in shapes:
             if round_ < 2:
                 times.setdefault(("torch", shape.name), []).append(evaluator.time_anchor(family.anchor, shape).median_s)
             times.setdefault(("bf16", shape.name), []).append(evaluator.time_anchor(bf16, shape).median_s)
@@ -81,13 +86,22 @@ def main() -> None:
     median = {key: statistics.median(samples) for key, samples in times.items()}
     print("| shape | torch dequantise + matmul | bf16 cuBLAS | " + " | ".join(kernels) + " |")
     print("|---" * (len(labels) + 1) + "|")
-    for shape in family.shapes:
+    for shape in shapes:
         print(f"| {shape.name} | " + " | ".join(f"{median[(label, shape.name)] * 1e6:.1f} us" for label in labels) + " |")
     print("time over bf16 cuBLAS's:")
-    for shape in family.shapes:
+    for shape in shapes:
         anchor = median[("bf16", shape.name)]
         print(f"  {shape.name:20s} " + "  ".join(f"{label} {median[(label, shape.name)] / anchor:.3f}"
                                                 for label in kernels))
+    if args.workload:
+        read, method = measured()
+        print(f"share of read bandwidth ({read / 1e12:.2f} TB/s, {method}): each one's bytes (bf16 reads its "
+              "operands at 2 bytes a value) over its time")
+        for shape in shapes:
+            l, m, n, k = shape["l"], shape["m"], shape["n"], shape["k"]
+            moved = {"bf16": l * (2 * (m + n) * k + 2 * m * n), **{label: family.bytes_moved(shape) for label in kernels}}
+            print(f"  {shape.name:20s} " + "  ".join(f"{label} {moved[label] / median[(label, shape.name)] / read:.0%}"
+                                                    for label in moved))
 
 
 if __name__ == "__main__":

@@ -154,10 +154,30 @@ def test_the_skinny_design_reads_its_own_knobs_alone():
     macros = dict(flag[2:].split("=", 1) for flag in FAMILY.build_recipe(SKINNY_WIDE).flags if flag.startswith("-D"))
     assert (macros["DESIGN"], macros["SKINNY_WARPS"], macros["SKINNY_TOKENS"], macros["SKINNY_UNROLL"],
             macros["SKINNY_L2_PREFETCH"]) == ("1", "8", "16", "4", "1")
-    assert not space.is_valid(SKINNY_WIDE.replace(skinny_warps=16))  # 16 warps of 16 tokens x 4 runs: ptxas spills
+    # 16 warps of 16 tokens x 4 runs of a's fp16 pairs: more registers than a thread of 512 has
+    assert not space.is_valid(SKINNY_WIDE.replace(skinny_warps=16, skinny_a_prepass=True))
+    # shared-memory stages: the register loads' knobs are held, and the rings must fit static shared memory
+    staged = space.canonical(SKINNY_WIDE.replace(skinny_stages=4, skinny_warps=4))
+    assert (staged["skinny_unroll"], staged["skinny_l2_prefetch"]) == (SEED["skinny_unroll"], False)
+    assert not space.is_valid(SKINNY.replace(skinny_stages=8, skinny_warps=8))  # 8 x 8 x 1152 bytes > 48 KiB
+    macros = dict(flag[2:].split("=", 1) for flag in FAMILY.build_recipe(staged).flags if flag.startswith("-D"))
+    assert (macros["SKINNY_STAGES"], macros["SKINNY_A_PREPASS"], macros["SKINNY_SPLIT"]) == ("4", "0", "1")
     shape = {s.name: s for s in FAMILY.shapes}
     assert skinny_grid(SKINNY, shape["ragged"]) == (63, 25, 2)  # N = 1000: 62.5 blocks of 16 rows; M = 200: 25 of 8
     assert skinny_grid(SKINNY_WIDE, FAMILY.mission_shape) == (448, 8, 1)  # M = 128: 8 blocks of 16 tokens
+
+
+def test_a_skinny_k_split_fills_the_last_wave():
+    from evo.seeds.nvfp4_gemm.launch import skinny_splits
+
+    decode = dict(l=1, m=1, n=8192, k=28672, blocked=0)  # 512 tiles of 16 rows
+    split = SKINNY.replace(skinny_split=4)
+    assert skinny_splits(SKINNY, decode, 396) == 1  # skinny_split 1: never split
+    # 396 slots (132 SMs x 3 blocks): 1.29 waves unsplit, 2.59 at 2, 3.88 at 3 (97% of the last filled), 5.17 at 4
+    assert skinny_splits(split, decode, 396) == 3
+    assert skinny_splits(split, decode, 512) == 1  # one full wave already
+    # each block keeps at least a chunk of 128 values a warp: K = 2048 is 16 chunks, 8 warps take 2 splits at most
+    assert skinny_splits(split, dict(decode, k=2048, n=16), 132) == 2
 
 
 def test_shapes_it_cannot_compute_are_refused_clearly():

@@ -69,7 +69,20 @@ SKINNY = SEED.replace(design="skinny", skinny_warps=8, skinny_tokens=8, skinny_u
 SKINNY_WIDE = SKINNY.replace(skinny_warps=8, skinny_tokens=16, skinny_unroll=4, bit_placement="bytes",
                              skinny_l2_prefetch=True)
 SKINNY_NARROW = SKINNY.replace(skinny_warps=2, skinny_unroll=1)
-DESIGN_POINTS = (SEED, SKINNY, SKINNY_WIDE, SKINNY_NARROW, SPLIT, WIDE, SHARED, WGMMA, WGMMA_WIDE, SWAPPED, SWAPPED_NARROW, SWAPPED_DIRECT_STORE, PREPASS,
+# four warps a block, four blocks an SM at least (the register cap), four chunks' loads in flight: the best of
+# the register loads at M = 4..16 on the H200 (2026-11-28)
+SKINNY_FOUR_WARPS = SKINNY_WIDE.replace(skinny_warps=4, skinny_tokens=8, skinny_min_blocks=4)
+# a's rows dequantised once by the prepass kernel, every warp loading its fp16 pairs
+SKINNY_PREPASS = SKINNY.replace(skinny_a_prepass=True, bit_placement="bytes", skinny_l2_prefetch=True)
+SKINNY_PREPASS_DEEP = SKINNY_PREPASS.replace(skinny_unroll=4)
+SKINNY_PREPASS_WIDE = SKINNY_PREPASS.replace(skinny_warps=16, skinny_tokens=16, skinny_unroll=1)
+# ... with the next batch of b's runs loaded before this one is multiplied: the best at M = 1 on large layers
+SKINNY_PREPASS_PREFETCH = SKINNY_PREPASS.replace(skinny_prefetch=True, skinny_warps=4, skinny_min_blocks=4)
+# b's runs through shared-memory rings by cp.async, with a K split over blocks; 16 tokens: the best at M = 16
+SKINNY_STAGED = SKINNY.replace(skinny_stages=8, skinny_warps=4, bit_placement="bytes", skinny_split=4)
+SKINNY_STAGED_TOKENS = SKINNY.replace(skinny_stages=4, skinny_warps=4, skinny_tokens=16, bit_placement="bytes")
+DESIGN_POINTS = (SEED, SKINNY, SKINNY_WIDE, SKINNY_NARROW, SKINNY_FOUR_WARPS, SKINNY_PREPASS, SKINNY_PREPASS_DEEP,
+                 SKINNY_PREPASS_WIDE, SKINNY_PREPASS_PREFETCH, SKINNY_STAGED, SKINNY_STAGED_TOKENS, SPLIT, WIDE, SHARED, WGMMA, WGMMA_WIDE, SWAPPED, SWAPPED_NARROW, SWAPPED_DIRECT_STORE, PREPASS,
                  CLUSTER, CLUSTER_MMA_SYNC, TMA_CLUSTER, TMA_IN_FLIGHT, TMA_SHORT_K, TMA_MBARRIERS, BYTES,
                  BYTES_IN_FLIGHT, BYTES_SHARED, SPREAD, SPREAD_MMA_SYNC, K_SPLIT, K_SPLIT_TWO_BLOCKS, K_SPLIT_SHORT_K,
                  K_SPLIT_WIDE, CLUSTER_L2, K_SPLIT_L2, ONE_WARPGROUP, ONE_WARPGROUP_CLUSTER, PRODUCER,

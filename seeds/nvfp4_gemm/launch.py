@@ -10,6 +10,7 @@ blocked (a ProblemShape or a plain dict).
 from __future__ import annotations
 
 import ctypes
+import math
 from typing import Any, Mapping
 
 if __package__:  # seeds.nvfp4_gemm.launch, inside evo
@@ -52,6 +53,21 @@ def output_tiles(g, s: Mapping) -> tuple[int, int, int]:
 def skinny_grid(g, s: Mapping) -> tuple[int, int, int]:
     """Blocks of a skinny launch: 16 of b's rows, skinny_tokens of a's rows, one batch each."""
     return -(-s["n"] // 16), -(-s["m"] // g["skinny_tokens"]), s["l"]
+
+
+def skinny_splits(g, s: Mapping, slots: int) -> int:
+    """Blocks sharing a skinny tile at shape s, each on a range of K: of 1 .. skinny_split (and at least
+    skinny_warps chunks of 128 values a block), the count whose grid best fills its last wave of ``slots``
+    blocks (the SMs times the blocks each holds), the fewest of equals."""
+    x, y, z = skinny_grid(g, s)
+    best, filled = 1, 0.0
+    for count in range(1, g["skinny_split"] + 1):
+        if count > 1 and s["k"] // 128 // count < g["skinny_warps"]:
+            break
+        waves = x * y * z * count / slots
+        if waves / math.ceil(waves) > filled + 1e-9:
+            best, filled = count, waves / math.ceil(waves)
+    return best
 
 
 def splits(g, s: Mapping, multiprocessors: int, clusters_fit=None) -> int:
@@ -106,6 +122,17 @@ class Launcher:
                                                                           at_launch=True)
         return self.kept[("clusters", size)]
 
+    def _dequantize_a(self, s: Mapping, dims, a, sfa):
+        """a's fp16 copy (l * m * k halves, kept as floats) made by the prepass kernel, for a kernel launched
+        next as its programmatic dependent."""
+        l, m, k = s["l"], s["m"], s["k"]
+        a_halves, _ = ticketed_workspace(self.kept, ("a_halves", dims), l * m * k // 2, 0, a.device)
+        units = l * m * k // 32
+        self.prepass.launch((min(-(-units // 256), 8 * multiprocessors()),), (256,),
+                            [ptr(a), ptr(sfa), ptr(a_halves), ctypes.c_int(m), ctypes.c_int(k),
+                             ctypes.c_int(s["blocked"]), ctypes.c_int(l)])
+        return a_halves
+
     def launch(self, s: Mapping, a, b, sfa, sfb, output) -> None:
         """c = output [L, M, N] fp16 from packed a [L, M, K/2], b [L, N, K/2] (uint8, contiguous) and
         their e4m3 scales (plain [L, rows, K/16], or blocked when s["blocked"]), on torch's current stream."""
@@ -113,25 +140,32 @@ class Launcher:
 
         g = self.genome
         l, m, k = s["l"], s["m"], s["k"]
-        if self.skinny is not None:  # one kernel, no workspace
-            self.skinny.launch(skinny_grid(g, s), (32 * g["skinny_warps"],),
-                               [ptr(a), ptr(b), ptr(sfa), ptr(sfb), ptr(output), ctypes.c_int(m), ctypes.c_int(s["n"]),
-                                ctypes.c_int(k), ctypes.c_int(s["blocked"])])
-            return
         stream = torch.cuda.current_stream().cuda_stream
         dims = (l, m, s["n"], k, int(s["blocked"]), stream)
+        if self.skinny is not None:  # with skinny_a_prepass a's fp16 copy first; a K split's workspace
+            prepass = g["skinny_a_prepass"]
+            if prepass:
+                a = self._dequantize_a(s, dims, a, sfa)
+            block = 32 * g["skinny_warps"]
+            if "slots" not in self.kept:
+                self.kept["slots"] = multiprocessors() * self.skinny.blocks_per_sm(block, 0)
+            split = skinny_splits(g, s, self.kept["slots"])
+            x, y, z = skinny_grid(g, s)
+            outputs = g["skinny_tokens"] * 64  # a tile's sums: 16 columns x skinny_tokens rows
+            records, tickets = ticketed_workspace(self.kept, ("skinny", dims), x * y * z * split * outputs if split > 1
+                                                  else 0, x * y * z if split > 1 else 0, a.device)
+            self.skinny.launch((x, y, z * split), (block,),
+                               [ptr(a), ptr(b), ptr(sfa), ptr(sfb), ptr(output), ctypes.c_int(m), ctypes.c_int(s["n"]),
+                                ctypes.c_int(k), ctypes.c_int(s["blocked"]), ctypes.c_int(split), ptr(records),
+                                ptr(tickets)], programmatic=prepass)
+            return
         cluster = g["split_reduce"] in CLUSTERED
         split = splits(g, s, multiprocessors(), self.clusters_fit if cluster else None)
         # (the sum through distributed shared memory needs no workspace)
         floats, counters = split_workspace(g, s, 1 if g["split_reduce"] == "cluster" else split)
         records, tickets = ticketed_workspace(self.kept, ("split", dims), floats, counters, a.device)
-        if g["a_dequant"] == "prepass":  # a's fp16 copy first (l * m * k halves, kept as floats)
-            a_halves, _ = ticketed_workspace(self.kept, ("a_halves", dims), l * m * k // 2, 0, a.device)
-            units = l * m * k // 32
-            self.prepass.launch((min(-(-units // 256), 8 * multiprocessors()),), (256,),
-                                [ptr(a), ptr(sfa), ptr(a_halves), ctypes.c_int(m), ctypes.c_int(k),
-                                 ctypes.c_int(s["blocked"]), ctypes.c_int(l)])
-            a = a_halves
+        if g["a_dequant"] == "prepass":
+            a = self._dequantize_a(s, dims, a, sfa)
         maps = (TensorMapBytes(), TensorMapBytes())  # read only by a kernel with TMA loads
         if g["loads"] == "tma":  # encoded once per set of operands
             key = (a.data_ptr(), b.data_ptr(), dims)

@@ -66,12 +66,46 @@ TILES_HELD = dict(block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=4, st
                   mma="mma_sync", promote=True, blocks_per_sm=1, split_k=1, a_dequant="in_block", split_reduce="ticket",
                   wgmma_in_flight=1, loads="cp_async", stage_sync="block_barrier", warpgroup_k_split=1)
 # the skinny kernel's knobs, where a tile genome holds them
-SKINNY_HELD = dict(skinny_warps=8, skinny_tokens=8, skinny_unroll=2, skinny_l2_prefetch=False)
+SKINNY_HELD = dict(skinny_warps=8, skinny_tokens=8, skinny_unroll=2, skinny_l2_prefetch=False, skinny_a_prepass=False,
+                   skinny_min_blocks=1, skinny_prefetch=False, skinny_split=1, skinny_stages=1)
+# the skinny knobs of b's loads into registers, which a skinny kernel with shared-memory stages reads not
+SKINNY_REGISTER_LOADS = ("skinny_unroll", "skinny_prefetch", "skinny_l2_prefetch")
+SKINNY_STAGE_BYTES = 2 * 32 * 16 + 16 * 8  # a warp's stage: two 512-byte slabs of runs and 16 rows' 8 scales
+STATIC_SHARED_LIMIT = 48 * 1024  # the skinny kernel's shared memory is static
+SKINNY_REGISTER_BUDGET = 255  # registers a skinny thread may hold (__launch_bounds__ leaves it up to 65536 / threads)
+SKINNY_FIXED_REGISTERS = 20  # what a skinny thread holds beside its runs in flight (accumulators, addresses); ptxas
+# reuses a run's registers once multiplied, so the estimate is rough: the screen refuses what spills
+
+
+def _skinny_runs_fit(g) -> bool:
+    """The registers of a skinny thread's runs in flight, skinny_unroll x (two of b's runs, 5 registers
+    each, and a token run a fragment: 5 registers packed, 16 as the prepass's fp16 pairs), fit what its
+    block leaves it."""
+    token_registers = g["skinny_tokens"] // 8 * (16 if g["skinny_a_prepass"] else 5)
+    if g["skinny_stages"] > 1:  # one chunk's runs, from shared memory
+        runs = 10 + token_registers
+    elif g["skinny_prefetch"]:  # two batches of b's runs; a chunk's token runs at a time
+        runs = 2 * g["skinny_unroll"] * 10 + token_registers
+    else:
+        runs = g["skinny_unroll"] * (10 + token_registers)
+    return runs + SKINNY_FIXED_REGISTERS <= min(SKINNY_REGISTER_BUDGET,
+                                                65536 // (32 * g["skinny_warps"] * g["skinny_min_blocks"]))
 
 
 def _inactive(values) -> dict:
-    """A genome's kernel reads its design's knobs alone (and bit_placement, which both read)."""
-    return TILES_HELD if values["design"] == "skinny" else SKINNY_HELD
+    """A genome's kernel reads its design's knobs alone (and bit_placement, which both read); a skinny
+    kernel with shared-memory stages reads none of the register loads' knobs."""
+    if values["design"] != "skinny":
+        return SKINNY_HELD
+    if values["skinny_stages"] > 1:
+        return {**TILES_HELD, **{name: SKINNY_HELD[name] for name in SKINNY_REGISTER_LOADS}}
+    return TILES_HELD
+
+
+def _skinny_shared_bytes(g) -> int:
+    """Static shared memory of a skinny block: the warps' partial sums and (skinny_stages > 1) their rings."""
+    sums = g["skinny_warps"] * g["skinny_tokens"] // 8 * 32 * 16
+    return sums + (g["skinny_warps"] * g["skinny_stages"] * SKINNY_STAGE_BYTES if g["skinny_stages"] > 1 else 0)
 
 
 SPACE = Space(
@@ -83,11 +117,29 @@ SPACE = Space(
                            "its own 16-byte runs of b and a straight into mma.sync fragments, the warps' sums "
                            "added in shared memory (nvfp4_skinny.cuh); reads no tile knob"),
         PowerOfTwo("skinny_warps", 2, 16, description="skinny: warps of a block, each on a range of K"),
+        IntRange("skinny_min_blocks", 1, 4, description="skinny: blocks an SM must hold at once, the register cap "
+                                                           "of __launch_bounds__ (more warps resident to keep "
+                                                           "loads in flight, fewer registers each)"),
         PowerOfTwo("skinny_tokens", 8, 16, description="skinny: rows of a (tokens) a block takes; more, more blocks"),
         PowerOfTwo("skinny_unroll", 1, 4, description="skinny: chunks of 128 values of K whose loads a warp issues "
                                                       "before it multiplies the first"),
         Boolean("skinny_l2_prefetch", description="skinny: b's loads ask L2 to fetch 256 bytes of the row (the next "
                                                   "chunks' runs), bypassing L1 (ld.global.nc.L1::no_allocate.L2::256B)"),
+        PowerOfTwo("skinny_stages", 1, 8, description="skinny: 1, b's runs loaded into registers (skinny_unroll, "
+                                                      "skinny_prefetch, skinny_l2_prefetch); more, through a ring of "
+                                                      "that many shared-memory stages of each warp's own by cp.async, "
+                                                      "one chunk a stage (stages - 1 chunks in flight)"),
+        PowerOfTwo("skinny_split", 1, 8, description="skinny: the most blocks sharing a tile of 16 of b's rows, "
+                                                     "each on a range of K (the launch takes the count, up to this, "
+                                                     "whose grid best fills its last wave); the last to finish adds "
+                                                     "the others' sums from a global workspace"),
+        Boolean("skinny_prefetch", description="skinny: b's runs of the next skinny_unroll chunks are loaded before "
+                                               "this batch is multiplied (two batches of registers, so loads stay "
+                                               "in flight while the warp multiplies), a's runs chunk by chunk"),
+        Boolean("skinny_a_prepass", description="skinny: a's rows dequantised once by a first kernel into fp16 "
+                                                "pairs that every warp loads as they are (64 bytes a run), instead "
+                                                "of each warp of each block dequantising them again; the skinny "
+                                                "kernel is the first one's programmatic dependent"),
         PowerOfTwo("block_m", 64, 128, description="rows of a block's output tile"),
         PowerOfTwo("block_n", 64, 256, description="columns of a block's output tile"),
         PowerOfTwo("block_k", 64, 128, description="K elements of a pipeline stage"),
@@ -206,11 +258,18 @@ SPACE = Space(
         Constraint("mbarrier_stages_need_tma_and_two_in_flight",
                    lambda g: g["stage_sync"] == "block_barrier" or (g["loads"] == "tma" and g["wgmma_in_flight"] == 2),
                    "stage_sync == mbarriers needs loads == tma and wgmma_in_flight == 2"),
-        Constraint("skinny_runs_fit_registers",
-                   lambda g: g["skinny_warps"] * g["skinny_tokens"] * g["skinny_unroll"] <= 512,
-                   "skinny: the runs a thread has in flight, skinny_unroll x (2 + skinny_tokens / 8) of 16 bytes, fit "
-                   "the registers its block leaves it (65536 / (32 x skinny_warps), up to 255): skinny_warps x "
-                   "skinny_tokens x skinny_unroll <= 512 (ptxas spills 16 x 16 x 4)"),
+        Constraint("skinny_runs_fit_registers", _skinny_runs_fit,
+                   "skinny: the registers of the runs a thread has in flight, skinny_unroll x (10 + T) with T = "
+                   "skinny_tokens / 8 x (16 with skinny_a_prepass, else 5), or 2 x skinny_unroll x 10 + T with "
+                   "skinny_prefetch, plus "
+                   f"{SKINNY_FIXED_REGISTERS}, fit what its block leaves it (65536 / (32 x skinny_warps x "
+                   f"skinny_min_blocks), up to "
+                   f"{SKINNY_REGISTER_BUDGET})"),
+        Constraint("skinny_stages_fit_static_shared_memory",
+                   lambda g: g["design"] != "skinny" or _skinny_shared_bytes(g) <= STATIC_SHARED_LIMIT,
+                   f"skinny: the warps' partial sums (skinny_warps x skinny_tokens x 64 bytes) and rings (skinny_warps x "
+                   f"skinny_stages x {SKINNY_STAGE_BYTES} bytes with skinny_stages > 1) fit {STATIC_SHARED_LIMIT} bytes of "
+                   "static shared memory"),
         Constraint("blocks_fit_an_sm", lambda g: g["blocks_per_sm"] * (shared_bytes(g) + 1024) <= SMEM_PER_SM,
                    f"blocks_per_sm * (shared bytes + 1 KiB) <= {SMEM_PER_SM}"),
     ],
@@ -265,10 +324,11 @@ class Nvfp4Gemm(RuntimeFamily):
 
     def build_recipe(self, genome) -> BuildRecipe:
         g = genome.as_dict()
-        named = ("design", "skinny_l2_prefetch", "dequant", "mma", "promote", "a_dequant", "split_reduce", "loads",
+        named = ("design", "skinny_l2_prefetch", "skinny_a_prepass", "skinny_prefetch", "dequant", "mma", "promote", "a_dequant", "split_reduce", "loads",
                  "stage_sync", "bit_placement")
         macros = {**{name.upper(): value for name, value in g.items() if name not in named},
                   "DESIGN": DESIGNS.index(g["design"]), "SKINNY_L2_PREFETCH": int(g["skinny_l2_prefetch"]),
+                  "SKINNY_A_PREPASS": int(g["skinny_a_prepass"]), "SKINNY_PREFETCH": int(g["skinny_prefetch"]),
                   "DEQUANT": DEQUANTS.index(g["dequant"]), "MMA": MMAS.index(g["mma"]), "PROMOTE": int(g["promote"]),
                   "A_PREPASS": int(g["a_dequant"] != "in_block"), "A_PRODUCER": int(g["a_dequant"] == "producer"),
                   "SPLIT_CLUSTER": int(g["split_reduce"] == "cluster"),
