@@ -70,12 +70,29 @@ def _recorded(path: str):
     return kernel_tuner_space(path)
 
 
+def strategy_options(label: str) -> tuple[str, dict]:
+    """``name`` or ``name:knob=value:knob=value`` (values JSON where they parse, e.g. portfolio:tpe_share=0.25)
+    -> (name, options); the label names the variant in the records."""
+    name, *pairs = label.split(":")
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{label!r}: expected name:option=value, got {pair!r}")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return name, options
+
+
 def _evo_run(task: tuple) -> dict:
     path, name, split, strategy, seed, budget = task
     from evo.replay import replay_once
 
     recorded = _recorded(path)
-    told = replay_once(recorded, strategy, seed=seed, budget=budget, stop_within=WITHIN)
+    chosen, options = strategy_options(strategy)
+    told = replay_once(recorded, chosen, seed=seed, budget=budget, stop_within=WITHIN, options=options or None)
     hit = len(told) if told and recorded.within(told[-1], WITHIN) else None
     return dict(space=name, split=split, strategy=strategy, seed=seed, budget=budget, to_5pct=hit)
 
@@ -180,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("replay", help="replay strategies on the spaces, appending one JSON line a run")
     run.add_argument("--spaces", default=str(DEFAULT_DIR))
     run.add_argument("--split", choices=("tuning", "held-out", "all"), default="all")
-    run.add_argument("--strategies", default="surrogate,random", help="evo's strategies, comma-separated")
+    run.add_argument("--strategies", default="surrogate,random", help="evo's strategies, comma-separated, each NAME or NAME:OPTION=VALUE:... (e.g. portfolio:tpe_share=0.25)")
     run.add_argument("--kernel-tuner", default="", help="Kernel Tuner's strategies, comma-separated (pip install kernel_tuner)")
     run.add_argument("--seeds", type=int, default=30)
     run.add_argument("--budget", type=int, default=400)

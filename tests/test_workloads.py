@@ -34,8 +34,9 @@ def test_every_family_ships_workloads_its_shapes_can_take():
     encoders = get_family("vit_gemm").workload("encoders")
     assert len(encoders.shapes) == 28 and sum(s["k"] == 588 for s in encoders.shapes) == 16
     layers = get_family("nvfp4_gemm").workload("llm_layers")
-    assert len(layers.shapes) == 40 and {s["m"] for s in layers.shapes} == {1, 16, 128, 512}
-    assert {s["blocked"] for s in layers.shapes} == {0, 1}
+    assert len(layers.shapes) == 60 and {s["m"] for s in layers.shapes} == {1, 2, 4, 16, 64, 128, 512}
+    assert {s["blocked"] for s in layers.shapes} == {0, 1} and {s["l"] for s in layers.shapes} == {1, 8}
+    assert (1, 1, 8192, 28672) in {(s["l"], s["m"], s["n"], s["k"]) for s in layers.shapes}  # Llama-3-70B's down projection
 
 
 BAD = [
@@ -110,7 +111,7 @@ def test_evo_families_lists_the_workloads(capsys):
     assert main(["families"]) == 0
     out = capsys.readouterr().out
     assert "workload prefill (18 shapes)" in out and "workload encoders (28 shapes)" in out
-    assert "workload llm_layers (40 shapes)" in out and "workload small (4 shapes)" in out
+    assert "workload llm_layers (60 shapes)" in out and "workload small (4 shapes)" in out
 
 
 # -- the dispatch rule (evo/runtime/dispatch.py, shipped in evo_runtime/) ----------------------------------
