@@ -78,9 +78,10 @@ SKINNY_FIXED_REGISTERS = 20  # what a skinny thread holds beside its runs in fli
 
 
 def _skinny_runs_fit(g) -> bool:
-    """The registers of a skinny thread's runs in flight, skinny_unroll x (two of b's runs, 5 registers
-    each, and a token run a fragment: 5 registers packed, 16 as the prepass's fp16 pairs), fit what its
-    block leaves it."""
+    """The registers of a skinny thread's runs in flight fit what its block leaves it: skinny_unroll x (two of
+    b's runs, 5 registers each, and a token run a fragment: 5 registers packed, 16 as the prepass's fp16
+    pairs); with skinny_prefetch two batches of b's runs and one chunk's token runs; with shared-memory stages
+    one chunk's."""
     token_registers = g["skinny_tokens"] // 8 * (16 if g["skinny_a_prepass"] else 5)
     if g["skinny_stages"] > 1:  # one chunk's runs, from shared memory
         runs = 10 + token_registers
@@ -341,12 +342,12 @@ class Nvfp4Gemm(RuntimeFamily):
 
     def build_recipe(self, genome) -> BuildRecipe:
         g = genome.as_dict()
-        named = ("design", "skinny_l2_prefetch", "skinny_a_prepass", "skinny_prefetch", "dequant", "mma", "promote", "a_dequant", "split_reduce", "loads",
-                 "stage_sync", "bit_placement")
-        macros = {**{name.upper(): value for name, value in g.items() if name not in named},
-                  "DESIGN": DESIGNS.index(g["design"]), "SKINNY_L2_PREFETCH": int(g["skinny_l2_prefetch"]),
-                  "SKINNY_A_PREPASS": int(g["skinny_a_prepass"]), "SKINNY_PREFETCH": int(g["skinny_prefetch"]),
-                  "DEQUANT": DEQUANTS.index(g["dequant"]), "MMA": MMAS.index(g["mma"]), "PROMOTE": int(g["promote"]),
+        # numbers and switches (0 / 1) under their own names; the choices as their macros
+        named = ("design", "dequant", "mma", "a_dequant", "split_reduce", "loads", "stage_sync", "bit_placement")
+        macros = {**{name.upper(): int(value) if isinstance(value, bool) else value for name, value in g.items()
+                     if name not in named},
+                  "DESIGN": DESIGNS.index(g["design"]), "DEQUANT": DEQUANTS.index(g["dequant"]),
+                  "MMA": MMAS.index(g["mma"]),
                   "A_PREPASS": int(g["a_dequant"] != "in_block"), "A_PRODUCER": int(g["a_dequant"] == "producer"),
                   "SPLIT_CLUSTER": int(g["split_reduce"] == "cluster"),
                   "BIT_PLACEMENT": BIT_PLACEMENTS.index(g["bit_placement"]),
