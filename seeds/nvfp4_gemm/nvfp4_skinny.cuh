@@ -48,6 +48,9 @@ __device__ __forceinline__ uint4 load_words(const unsigned char* at, bool stream
     return __ldg(reinterpret_cast<const uint4*>(at));
 }
 
+// a row past the operand's reads its last row (its results are never stored)
+__device__ __forceinline__ int within_rows(int row, int rows) { return row < rows ? row : rows - 1; }
+
 // one thread's runs along one row of an operand: its 16 bytes of each chunk and their two scales, from
 // pointers computed once (a chunk is 64 bytes further along the row, and its scales 8 bytes further, or
 // 1024 in the blocked layout: two tiles of 4 columns, 512 bytes apart); two consecutive scales of a row are
@@ -62,7 +65,7 @@ struct RunCursor {
     __device__ __forceinline__ RunCursor(const unsigned char* operand, const unsigned char* operand_scales, int rows,
                                          int row, int chunk, int K, int blocked, bool streamed_)
         : scale_step(blocked ? 1024 : 8), streamed(streamed_) {
-        const int t = threadIdx.x % 4, last = row < rows ? row : rows - 1;
+        const int t = threadIdx.x % 4, last = within_rows(row, rows);
         values = operand + (size_t)last * (K / 2) + chunk * 64 + t * 16;
         scales = operand_scales + scale_offset(last, chunk * 8 + 2 * t, K, blocked);
     }
@@ -95,7 +98,7 @@ struct HalfCursor {
 
     HalfCursor() = default;
     __device__ __forceinline__ HalfCursor(const half* halves, int rows, int row, int chunk, int K) {
-        const int last = row < rows ? row : rows - 1;
+        const int last = within_rows(row, rows);
         at = reinterpret_cast<const uint4*>(halves + (size_t)last * K + (chunk * 4 + threadIdx.x % 4) * 32);
     }
 
@@ -265,7 +268,7 @@ struct StagedWeights {
                                              int n0, int chunk, int K, int blocked, unsigned char* ring_)
         : scale_step(blocked ? 1024 : 8), ring(ring_) {
         const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-        const int row = min(n0 + g, N - 1), lower = min(n0 + g + 8, N - 1), scale_row = min(n0 + lane / 2, N - 1);
+        const int row = within_rows(n0 + g, N), lower = within_rows(n0 + g + 8, N), scale_row = within_rows(n0 + lane / 2, N);
         top = weights + (size_t)row * (K / 2) + chunk * 64 + t * 16;
         bottom_offset = (size_t)(lower - row) * (K / 2);
         scales = weight_scales + scale_offset(scale_row, chunk * 8 + 4 * (lane % 2), K, blocked);
@@ -358,12 +361,12 @@ nvfp4_skinny(const unsigned char* a, const unsigned char* b, const unsigned char
     // sum over the warps: output i is (fragment f, lane l, element e) of the accumulator layout, c's
     // column n0 + l / 4 (+ 8 for e >= 2) and row m0 + 8 f + 2 (l % 4) + e % 2; with a K split over blocks,
     // each leaves its sums in the workspace and the last of the tile's blocks to arrive adds them up
-    constexpr int OUTPUTS = SKINNY_FRAGMENTS * 32 * 4;
+    constexpr int OUTPUTS = SKINNY_FRAGMENTS * 32 * 4, PASSES = (OUTPUTS + SKINNY_WARPS * 32 - 1) / (SKINNY_WARPS * 32);
     const size_t tile = ((size_t)batch * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
     float* tile_partials = partials + tile * splits * OUTPUTS;
-    float sums[(OUTPUTS + SKINNY_WARPS * 32 - 1) / (SKINNY_WARPS * 32)];
+    float sums[PASSES];
 #pragma unroll
-    for (int p = 0; p < (OUTPUTS + SKINNY_WARPS * 32 - 1) / (SKINNY_WARPS * 32); ++p) {
+    for (int p = 0; p < PASSES; ++p) {
         const int i = threadIdx.x + p * SKINNY_WARPS * 32, e = i % 4, l = i / 4 % 32, f = i / 128;
         float sum = 0.0f;
         if (i < OUTPUTS) {
@@ -376,7 +379,7 @@ nvfp4_skinny(const unsigned char* a, const unsigned char* b, const unsigned char
     if (splits > 1 && !last_of_splits(tickets + tile, splits)) return;
     half* out = c + (size_t)batch * M * N;
 #pragma unroll
-    for (int p = 0; p < (OUTPUTS + SKINNY_WARPS * 32 - 1) / (SKINNY_WARPS * 32); ++p) {
+    for (int p = 0; p < PASSES; ++p) {
         const int i = threadIdx.x + p * SKINNY_WARPS * 32, e = i % 4, l = i / 4 % 32, f = i / 128;
         if (i >= OUTPUTS) break;
         float sum = splits > 1 ? 0.0f : sums[p];  // (in split order, whichever block is last: the same sum every run)
