@@ -8,7 +8,7 @@
 Each genome is built, verified on every shape of the family's set (as in a search) and on
 every report shape (against the float32 math reference, output poisoned first), then timed
 at each report shape with the evaluator's CUDA-graph timing; torch SDPA (its default backend:
-cuDNN on the H100) and FA2 (SDPA's FLASH_ATTENTION backend) are timed the same way in the same
+cuDNN on Hopper GPUs) and FA2 (SDPA's FLASH_ATTENTION backend) are timed the same way in the same
 process. At a grouped-head shape SDPA runs with enable_gqa (the backend it picks then), and cuDNN
 is also timed at the same shape with every query head's own K/V head ("cuDNN MHA": the same
 FLOPs, H / H_kv times the K/V bytes), since torch's cuDNN backend does not take grouped heads.

@@ -90,7 +90,7 @@ def reference(dims: Mapping, inputs) -> torch.Tensor:
 
 
 def anchor(dims: Mapping, inputs) -> torch.Tensor:
-    """torch SDPA (its default backend: cuDNN on the H100; grouped heads with enable_gqa)."""
+    """torch SDPA (its default backend: cuDNN on Hopper GPUs; grouped heads with enable_gqa)."""
     return _sdpa(dims, *inputs)
 
 

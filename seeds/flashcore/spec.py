@@ -86,7 +86,7 @@ class FlashCore(RuntimeFamily):
     categorical_dims = ("d",)  # one kernel of the cubin per head dimension
     # fp16 output of an fp32-accumulated attention: errors of a few 1e-3 at most
     tolerance = Tolerance(max_abs=0.06, max_rel_l2=1e-2)
-    anchor_name = "torch SDPA (default backend: cuDNN on the H100)"
+    anchor_name = "torch SDPA (default backend: cuDNN on Hopper GPUs)"
     # inputs, reference, anchors, load and launch: seeds/flashcore/runtime.py, which an export ships
     runtime = flashcore_runtime
     export_files = (("flashcore_plan.py", HERE / "plan.py"), ("flashcore_dropin.py", HERE / "dropin.py"))
