@@ -78,7 +78,7 @@ class LoopState:
 
 
 def describe(outcome: SearchOutcome) -> str:
-    reused = f", {outcome.reused} reused from earlier runs" if outcome.reused else ""
+    reused = f", {outcome.reused} reused (the same kernel measured before)" if outcome.reused else ""
     text = (f"{outcome.evaluations} evaluations ({status_counts(outcome.statuses) or 'none'}{reused}); "
             f"best {format_seconds(outcome.best_fitness_s)}")
     if outcome.target_s is not None:

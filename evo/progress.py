@@ -87,7 +87,7 @@ class ConsoleReporter:
         if outcome.dispatch is not None:
             self.console.print(dispatch_table_view(outcome.dispatch))
         table = Table(title=f"run {outcome.run_id}: {outcome.status.replace('_', ' ')}", show_header=False)
-        reused = f"; {outcome.reused} reused from earlier runs" if outcome.reused else ""
+        reused = f"; {outcome.reused} reused (the same kernel measured before)" if outcome.reused else ""
         table.add_row("evaluations", f"{outcome.evaluations} ({status_counts(outcome.statuses) or 'none'}{reused})")
         if outcome.causes:
             table.add_row("failures" if outcome.status != RunStatus.ALL_FAILED else "stopped: every evaluation failed so",
