@@ -93,7 +93,8 @@ class CudaKernel:
         self.module = module  # keeps the module loaded while the kernel lives
         self.name = name
         self.function = function
-        self._configs: dict = {}  # cuLaunchKernelEx's configurations, by geometry
+        self.handle = int(function)  # for the driver's launch calls through ctypes
+        self._configs: dict = {}  # cuLaunchKernelEx's configurations (_LaunchConfig), by geometry
         self._lock = threading.Lock()
 
     def set_max_dynamic_shared(self, size: int) -> None:
@@ -140,7 +141,6 @@ class CudaKernel:
         before the stream's previous kernel completes, once that one has executed
         ``griddepcontrol.launch_dependents``; it must execute ``griddepcontrol.wait`` before it reads
         what that kernel writes."""
-        driver = _driver()
         grid3 = tuple(grid) + (1,) * (3 - len(grid))
         block3 = tuple(block) + (1,) * (3 - len(block))
         holders = list(args)
@@ -148,39 +148,17 @@ class CudaKernel:
         if stream is None:
             stream = current_stream()
         if cluster is None and not programmatic:
-            _check(f"cuLaunchKernel({self.name})", driver.cuLaunchKernel(
-                self.function, *grid3, *block3, shared_bytes, driver.CUstream(stream), ctypes.addressof(pointers), 0))
-            return
-        key = (grid3, block3, shared_bytes, tuple(cluster) if cluster is not None else None, programmatic)
-        with self._lock:  # one configuration object per launch geometry, its stream set for each launch
-            config = self._configs.get(key)
-            if config is None:
-                config = self._configs[key] = self._config(grid3, block3, shared_bytes, cluster, programmatic)
-            config.hStream = driver.CUstream(stream)
-            _check(f"cuLaunchKernelEx({self.name})", driver.cuLaunchKernelEx(
-                config, self.function, ctypes.addressof(pointers), 0))
-
-    def _config(self, grid3, block3, shared_bytes: int, cluster, programmatic: bool):
-        driver = _driver()
-        attributes = []
-        if cluster is not None:
-            attribute = driver.CUlaunchAttribute()
-            attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-            dims = tuple(cluster) + (1,) * (3 - len(cluster))
-            attribute.value.clusterDim.x, attribute.value.clusterDim.y, attribute.value.clusterDim.z = dims
-            attributes.append(attribute)
-        if programmatic:
-            attribute = driver.CUlaunchAttribute()
-            attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-            attribute.value.programmaticStreamSerializationAllowed = 1
-            attributes.append(attribute)
-        config = driver.CUlaunchConfig()
-        config.gridDimX, config.gridDimY, config.gridDimZ = grid3
-        config.blockDimX, config.blockDimY, config.blockDimZ = block3
-        config.sharedMemBytes = shared_bytes
-        config.attrs = attributes
-        config.numAttrs = len(attributes)
-        return config
+            error = _launch_kernel()(self.handle, *grid3, *block3, shared_bytes, stream, pointers, None)
+        else:
+            key = (grid3, block3, shared_bytes, tuple(cluster) if cluster is not None else None, programmatic)
+            with self._lock:  # one configuration per launch geometry, its stream set for each launch
+                config = self._configs.get(key)
+                if config is None:
+                    config = self._configs[key] = _LaunchConfig.made(grid3, block3, shared_bytes, cluster, programmatic)
+                config.stream = stream
+                error = _launch_kernel_ex()(ctypes.byref(config), self.handle, pointers, None)
+        if error:
+            _check(f"cuLaunchKernel({self.name})", (_driver().CUresult(error),))
 
 
 @functools.cache
@@ -203,6 +181,22 @@ class _LaunchConfig(ctypes.Structure):
 
     _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
                 ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)), ("count", ctypes.c_uint)]
+
+    @classmethod
+    def made(cls, grid3, block3, shared_bytes: int, cluster, programmatic: bool) -> "_LaunchConfig":
+        """A launch's configuration with its attributes (a cluster's dimensions, a programmatic dependent
+        launch), which it keeps alive; its stream is set before each launch."""
+        attributes = []
+        if cluster is not None:
+            attributes.append(_LaunchAttribute(CLUSTER_DIMENSION, b"", (ctypes.c_uint32 * 16)(
+                *(tuple(cluster) + (1,) * (3 - len(cluster))))))
+        if programmatic:
+            attributes.append(_LaunchAttribute(PROGRAMMATIC_SERIALIZATION, b"", (ctypes.c_uint32 * 16)(1)))
+        kept = (_LaunchAttribute * max(1, len(attributes)))(*attributes)
+        config = cls((ctypes.c_uint * 3)(*grid3), (ctypes.c_uint * 3)(*block3), shared_bytes, None,
+                     ctypes.cast(kept, ctypes.POINTER(_LaunchAttribute)), len(attributes))
+        config.kept = kept
+        return config
 
 
 CLUSTER_DIMENSION, PROGRAMMATIC_SERIALIZATION = 4, 6  # CUlaunchAttributeID values (cuda.h)
@@ -233,17 +227,9 @@ class PreparedLaunch:
         self.addresses = [ctypes.addressof(a) for a in self.args]
         self.pointers = (ctypes.c_void_p * len(self.args))(*self.addresses)
         self.lock = threading.Lock()
-        attributes = []
-        if cluster is not None:
-            attributes.append(_LaunchAttribute(CLUSTER_DIMENSION, b"", (ctypes.c_uint32 * 16)(
-                *(tuple(cluster) + (1,) * (3 - len(cluster))))))
-        if programmatic:
-            attributes.append(_LaunchAttribute(PROGRAMMATIC_SERIALIZATION, b"", (ctypes.c_uint32 * 16)(1)))
         self.config = None
-        if attributes:
-            self.attributes = (_LaunchAttribute * len(attributes))(*attributes)
-            self.config = _LaunchConfig((ctypes.c_uint * 3)(*grid3), (ctypes.c_uint * 3)(*block3), shared_bytes, None,
-                                        ctypes.cast(self.attributes, ctypes.POINTER(_LaunchAttribute)), len(attributes))
+        if cluster is not None or programmatic:
+            self.config = _LaunchConfig.made(grid3, block3, shared_bytes, cluster, programmatic)
 
     def put(self, slot: int, value: ctypes.Structure) -> None:
         """The value of argument ``slot`` (a structure such as a tensor map), copied in."""

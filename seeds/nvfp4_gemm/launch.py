@@ -14,9 +14,9 @@ import math
 from typing import Any, Mapping
 
 if __package__:  # seeds.nvfp4_gemm.launch, inside evo
-    from evo.runtime.cuda import TensorMapBytes, box_map, multiprocessors, ptr, ticketed_workspace
+    from evo.runtime.cuda import TensorMapBytes, box_map, current_stream, multiprocessors, ptr, ticketed_workspace
 else:  # an exported kernel's nvfp4_launch.py, with evo_runtime/ beside it
-    from evo_runtime.cuda import TensorMapBytes, box_map, multiprocessors, ptr, ticketed_workspace
+    from evo_runtime.cuda import TensorMapBytes, box_map, current_stream, multiprocessors, ptr, ticketed_workspace
 
 CLUSTERED = ("cluster", "cluster_l2")  # split_reduce values whose split tiles are one thread-block cluster
 
@@ -140,7 +140,7 @@ class Launcher:
 
         g = self.genome
         l, m, k = s["l"], s["m"], s["k"]
-        stream = torch.cuda.current_stream().cuda_stream
+        stream = current_stream()
         dims = (l, m, s["n"], k, int(s["blocked"]), stream)
         if self.skinny is not None:  # with skinny_a_prepass a's fp16 copy first; a K split's workspace
             prepass = g["skinny_a_prepass"]

@@ -131,11 +131,53 @@ NO_GRADIENT = "NVFP4's packed uint8 operands have none"
 
 def gemm(op, a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Tensor,
          blocked: bool = False) -> torch.Tensor:
-    """fp16 a*sfa @ (b*sfb)^T with the evolved kernel measured fastest for this shape (PyTorch where none is)."""
+    """fp16 a*sfa @ (b*sfb)^T with the evolved kernel measured fastest for this shape (PyTorch where none is). A
+    plain eager call of a signature seen before runs what it ran then, straight to the launch (no custom op's
+    dispatch, no second check of the operands): at few tokens the host's cost of a call is the call's cost."""
+    blocked = bool(blocked)
+    signature = op.signature((a, b, sfa, sfb), blocked)
+    if signature is not None:
+        fast = op.fast(signature)
+        if fast is not None:
+            return fast(a, b, sfa, sfb)
     dims = _dims(a, b, sfa, sfb, blocked)
     if not a.is_cuda:  # PyTorch's computation on the CPU
         return _pytorch(dims, a, b, sfa, sfb, blocked)
-    return op(a, b, sfa, sfb, bool(blocked))
+    c = op(a, b, sfa, sfb, blocked)
+    if signature is not None:
+        _remember(op, signature, dims, a, b, sfa, sfb)
+    return c
+
+
+def _remember(op, signature, dims: Mapping, a, b, sfa, sfb) -> None:
+    """After a plain call's full path: what its signature runs from now on, where its choice is final."""
+    decided = op.decided(dims, a.device)
+    if decided is None:  # not final: no measurement could be made
+        return
+    blocked = bool(dims["blocked"])
+    if decided[0] is None:
+        op.remember(signature, lambda a, b, sfa, sfb: _pytorch(dims, a, b, sfa, sfb, blocked))
+        return
+    if not all(t.is_contiguous() for t in (a, b, sfa, sfb)):
+        op.remember(signature, lambda a, b, sfa, sfb: op(a, b, sfa, sfb, blocked))
+        return
+    with torch.cuda.device(a.device):
+        launcher = op.loaded(decided[0])
+    device, index, batched = a.device, a.device.index, a.dim() == 3
+    shape = (dims["l"], dims["m"], dims["n"])
+
+    def call(a, b, sfa, sfb):  # the operands with a batch dimension (views), as _batched makes them
+        if not batched:
+            a, b, sfa, sfb = a.unsqueeze(0), b.unsqueeze(0), sfa.unsqueeze(0), sfb.unsqueeze(0)
+        c = torch.empty(shape, device=device, dtype=torch.float16)
+        if torch.cuda.current_device() != index:
+            with torch.cuda.device(index):
+                launcher.launch(dims, a, b, sfa, sfb, c)
+        else:
+            launcher.launch(dims, a, b, sfa, sfb, c)
+        return c if batched else c[0]
+
+    op.remember(signature, call)
 
 
 def compute(op, a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Tensor, blocked: bool) -> torch.Tensor:
