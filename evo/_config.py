@@ -35,9 +35,10 @@ class SearchConfig:
                            flag="text", kind=str)
     mission: str | None = _setting(None, help="the shape whose time is the fitness (default: the family's own)",
                                    key="mission", flag="text", kind=str)
-    strategy: str = _setting("surrogate", help="surrogate (evolution guided by a cost model), portfolio (each batch "
-                             "shared between the surrogate and Optuna's TPE: the smaller worst case on public spaces "
-                             "of other kernels, slower on flashcore), evolution, random or optuna", key="strategy", flag="text", kind=str)
+    strategy: str | None = _setting(None, help="surrogate (evolution guided by a cost model), portfolio (each batch "
+                                    "shared between the surrogate and Optuna's TPE), evolution, random or optuna "
+                                    "(default: the family's: surrogate for the built-in families, portfolio for a "
+                                    "kernel of your own)", key="strategy", flag="text", kind=str)
     strategy_options: dict = field(default_factory=dict)  # the experiment file's [strategy] table; --sampler
     target: str | None = _setting(None, help="stop when a kernel is this fast: 40us, 2ms, or 0.5x the anchor",
                                   key="target", flag="text", kind=str)

@@ -3,7 +3,7 @@
     [search]
     family = "cpu_gemm"
     mission = "tall"            # the shape whose time is the fitness (default: the family's mission shape)
-    strategy = "surrogate"      # surrogate (default) | evolution | random | optuna
+    strategy = "surrogate"      # surrogate | portfolio | evolution | random | optuna (default: the family's)
     target = "0.8x"             # 40us, 2ms, 1.5s, or a ratio to the anchor: 0.5x
     budget = 40                 # evaluations, seeds included
     time_budget = "5m"          # 90s, 10m, 1h

@@ -41,11 +41,13 @@ class Reporter(Protocol):
 
 class Search:
     def __init__(self, config: SearchConfig, store: Store, reporter: Reporter, *, ray_address: str | None = None):
+        self.family = get_family(config.family_reference)
+        if config.strategy is None:  # none named: the family's own
+            config = dataclasses.replace(config, strategy=self.family.default_strategy)
         self.config = config
         self.store = store
         self.reporter = reporter
         self.ray_address = ray_address
-        self.family = get_family(config.family_reference)
         self.target = Target.parse(config.target) if config.target else None
         self.workload = parse_workload(self.family, config.workload, "the run's workload") if config.workload else None
         # what differs between a run of one shape and a workload run, called at the same points of the loop

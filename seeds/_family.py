@@ -134,6 +134,10 @@ class KernelFamily(abc.ABC):
     # a CPU family: the threads PyTorch (the anchor) runs with while timed; None: torch's default in the process
     # that started the search, as the user's own process would have them (the self-check sets the same)
     anchor_threads: int | None = None
+    # the search strategy a run takes where none is named: for a kernel evo has not seen, the one chosen on a
+    # corpus of public tuning spaces and proven on spaces held out (docs/JOURNAL.md, "A default that
+    # generalizes"); the built-in families name the one their own GPU searches were measured with
+    default_strategy: str = "portfolio"
 
     def code_files(self) -> tuple[Path, ...]:
         """Every file whose content can change this family's verdicts and times (measurement reuse is keyed on

@@ -44,6 +44,15 @@ def test_a_family_object_is_taken_when_its_workers_can_load_it(tmp_path):
         evo.new_search(FaultyFamily(), budget=2, db=tmp_path / "other.db")
 
 
+def test_a_search_that_names_no_strategy_takes_its_familys(tmp_path):
+    """The built-in families keep the surrogate their searches were measured with; a kernel of the user's own takes
+    the portfolio, chosen on public tuning spaces and proven on held-out ones; a named strategy wins."""
+    assert evo.new_search("cpu_gemm", budget=2, db=tmp_path / "a.db").config.strategy == "surrogate"
+    assert evo.new_search("tests.families.faulty:FAMILY", budget=2, db=tmp_path / "b.db").config.strategy == "portfolio"
+    named = evo.new_search("tests.families.faulty:FAMILY", budget=2, strategy="random", db=tmp_path / "c.db")
+    assert named.config.strategy == "random" and named.strategy.name == "random"
+
+
 def test_the_library_names_stay_functions_beside_the_modules_of_the_same_package():
     import evo.export  # noqa: F401  (the modules of the loop and of the export)
     import evo.search  # noqa: F401

@@ -59,6 +59,7 @@ WORKLOADS = (workload("small", "four fp32 GEMMs of M, N, K in 384-768 (one ragge
 
 
 class CpuGemm(RuntimeFamily):
+    default_strategy = "surrogate"  # the strategy its recorded searches were measured with (docs/JOURNAL.md)
     name = "cpu_gemm"
     description = "fp32 GEMM C = A @ B in C++ (OpenMP), against torch.matmul"
     device = "cpu"

@@ -67,6 +67,7 @@ WORKLOADS = (workload("prefill", "attention prefill of real models, B x H x S x 
 
 
 class FlashCore(RuntimeFamily):
+    default_strategy = "surrogate"  # the strategy its recorded searches were measured with (docs/JOURNAL.md)
     name = "flashcore"
     description = ("fp16/bf16 attention forward O = softmax(QK^T * scale) V, [B,H,S,D], D in {64,128}, grouped "
                    "K/V heads (h_kv)")

@@ -78,6 +78,7 @@ WORKLOADS = (workload("decode", "bf16 decode against a K/V cache in serving: Lla
 
 
 class FlashDecode(RuntimeFamily):
+    default_strategy = "surrogate"  # the strategy its recorded searches were measured with (docs/JOURNAL.md)
     name = "flashdecode"
     description = ("fp16/bf16 attention of Q query tokens over a K/V cache, q [B,H,Q,D] against k, v [B,H_kv,KV,D], "
                    "D in {64,128}, split across the cache")

@@ -193,6 +193,7 @@ WORKLOADS = (workload("encoders", "the patch embeddings of ViT-B/16, ViT-L/16, V
 
 
 class VitGemm(RuntimeFamily):
+    default_strategy = "surrogate"  # the strategy its recorded searches were measured with (docs/JOURNAL.md)
     name = "vit_gemm"
     description = "bf16 GEMM + bias + positional embedding (ViT patch embedding), C = A W^T + bias + pos"
     device = "cuda"
