@@ -35,8 +35,8 @@ skinny = {"skinny": designs.SKINNY, "skinny, two warps": designs.SKINNY_NARROW,
           "skinny prepass, prefetch, K split": designs.SKINNY_PREPASS_PREFETCH.replace(skinny_split=2),
           "skinny rings, K split": designs.SKINNY_STAGED, "skinny rings, 16 tokens": designs.SKINNY_STAGED_TOKENS,
           "skinny rings of two stages, K split over 8": designs.SKINNY_STAGED.replace(skinny_split=8, skinny_stages=2),
-          # wrong at every family shape in test_design_points_are_correct_on_every_shape_and_layout's evaluator (H200,
-          # 2026-11-28), right launched alone at four shapes: not yet explained (docs/JOURNAL.md, "An unexplained failure")
+          # (the canonical form of the covering-sample genome whose prepass, built with its held loads = tma, wrote the
+          # TMA run order: fixed in nvfp4_prepass.cuh; docs/JOURNAL.md, "A failure explained")
           "skinny prepass, two warps, K split over 8": designs.SKINNY_PREPASS.replace(
               skinny_warps=2, skinny_unroll=1, skinny_min_blocks=2, skinny_split=8, bit_placement="shifts")}
 # few tokens, N not a multiple of 16, batches, short and long K, both scale layouts

@@ -68,6 +68,39 @@ def test_every_knob_value_compiles_and_passes_the_screen(cache_dir):
             assert result.usage.stack_bytes == 0, genome
 
 
+@pytest.mark.nvcc
+def test_a_skinny_genomes_kernels_do_not_depend_on_the_tile_knobs_it_holds(tmp_path):
+    """A genome drawn as it is (not canonical, as the covering sample draws them) may hold a tile knob such as
+    loads = tma: the skinny kernel and a's prepass it reads must compile as they do for the canonical genome (the
+    prepass once wrote the TMA stages' run order for it, which the skinny kernel read as spans: every output
+    wrong on the GPU)."""
+    import re
+    import subprocess
+
+    from kernel_genome import Genome
+
+    from evo.seeds.nvfp4_gemm.designs import SKINNY_PREPASS
+
+    canonical = SKINNY_PREPASS.replace(skinny_split=8)
+    tiles = dict(a_dequant="prepass", block_k=128, block_m=64, block_n=128, blocks_per_sm=2, dequant="registers",
+                 loads="tma", mma="wgmma_swapped", promote=False, split_k=1, split_reduce="cluster",
+                 stage_sync="block_barrier", stages=3, warpgroup_k_split=1, warps_m=4, warps_n=2, wgmma_in_flight=2)
+    drawn = Genome.from_mapping({**canonical.as_dict(), **tiles})  # the covering sample's, that failed on the H200
+    assert FAMILY.space.canonical(drawn) == canonical
+
+    def entries(genome, name):
+        recipe = FAMILY.build_recipe(genome)
+        source = tmp_path / f"{name}.cu"
+        source.write_text(recipe.source)
+        subprocess.run([recipe.compiler, "-ptx", *recipe.flags, "-o", str(tmp_path / f"{name}.ptx"), str(source)],
+                       check=True, capture_output=True)
+        ptx = (tmp_path / f"{name}.ptx").read_text()
+        return {kernel: re.search(rf"\.entry {kernel}\(.*?\n}}\n", ptx, re.S).group(0)
+                for kernel in ("nvfp4_skinny", "nvfp4_dequantize_a")}
+
+    assert entries(drawn, "drawn") == entries(canonical, "canonical")
+
+
 def test_constraints_launch_and_workspace():
     from evo.seeds.nvfp4_gemm.launch import grid, shared_bytes, split_workspace, splits
 

@@ -15,7 +15,9 @@ nvfp4_dequantize_a(const unsigned char* a, const unsigned char* sfa, half* out, 
     // the GEMM, launched as this grid's programmatic dependent, may start now: it requests b's first
     // stages and waits (griddepcontrol.wait) for this grid to complete before it reads `out`
     asm volatile("griddepcontrol.launch_dependents;");
-#if TMA_LOADS
+#if TMA_LOADS && DESIGN == 0  // the tile kernel's TMA stages; the skinny kernel (DESIGN 1) reads spans, whatever
+                              // a genome holds its tile knobs at (a genome built as drawn, not canonical, may hold
+                              // loads = tma: its prepass wrote the run order, and the skinny kernel read it as spans)
     // the run order (nvfp4_tma.cuh): a unit is a thread's run, BLOCK_K / 4 values (RUN_WORDS words) of a
     // K tile; pair c of word w of run t goes to columns run_column(w, c, t), + 1 of the tile
     const int runs = K / (BLOCK_K / 4);
