@@ -166,16 +166,17 @@ def _remember(op, signature, dims: Mapping, a, b, sfa, sfb) -> None:
     device, index, batched = a.device, a.device.index, a.dim() == 3
     shape = (dims["l"], dims["m"], dims["n"])
 
-    def call(a, b, sfa, sfb):  # the operands with a batch dimension (views), as _batched makes them
-        if not batched:
-            a, b, sfa, sfb = a.unsqueeze(0), b.unsqueeze(0), sfa.unsqueeze(0), sfb.unsqueeze(0)
-        c = torch.empty(shape, device=device, dtype=torch.float16)
+    def call(a, b, sfa, sfb):
         if torch.cuda.current_device() != index:
             with torch.cuda.device(index):
-                launcher.launch(dims, a, b, sfa, sfb, c)
-        else:
+                return call(a, b, sfa, sfb)
+        c = torch.empty(shape, device=device, dtype=torch.float16)
+        if batched:
             launcher.launch(dims, a, b, sfa, sfb, c)
-        return c if batched else c[0]
+            return c
+        # 2-d operands: with a batch dimension (views), as _batched makes them
+        launcher.launch(dims, a.unsqueeze(0), b.unsqueeze(0), sfa.unsqueeze(0), sfb.unsqueeze(0), c)
+        return c[0]
 
     op.remember(signature, call)
 
