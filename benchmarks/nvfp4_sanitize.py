@@ -35,6 +35,12 @@ skinny = {"skinny": designs.SKINNY, "skinny, two warps": designs.SKINNY_NARROW,
           "skinny prepass, prefetch, K split": designs.SKINNY_PREPASS_PREFETCH.replace(skinny_split=2),
           "skinny rings, K split": designs.SKINNY_STAGED, "skinny rings, 16 tokens": designs.SKINNY_STAGED_TOKENS,
           "skinny rings of two stages, K split over 8": designs.SKINNY_STAGED.replace(skinny_split=8, skinny_stages=2),
+          "skinny TMA rings, a's rows boxed too": designs.SKINNY_TMA,
+          "skinny TMA rings, a's rows boxed too, 8 tokens, K split over 4": designs.SKINNY_TMA.replace(
+              skinny_tokens=8, skinny_split=4),
+          "skinny TMA rings of four chunks, packed tokens": designs.SKINNY_TMA_PACKED,
+          "skinny TMA rings of two chunks, packed tokens, 16 tokens": designs.SKINNY_TMA_PACKED.replace(
+              skinny_stage_chunks=2, skinny_tokens=16),
           # (the canonical form of the covering-sample genome whose prepass, built with its held loads = tma, wrote the
           # TMA run order: fixed in nvfp4_prepass.cuh; docs/JOURNAL.md, "A failure explained")
           "skinny prepass, two warps, K split over 8": designs.SKINNY_PREPASS.replace(

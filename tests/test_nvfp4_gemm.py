@@ -200,6 +200,51 @@ def test_the_skinny_design_reads_its_own_knobs_alone():
     assert skinny_grid(SKINNY_WIDE, FAMILY.mission_shape) == (448, 8, 1)  # M = 128: 8 blocks of 16 tokens
 
 
+def test_skinny_rings_filled_by_tma_boxes_read_their_own_knobs():
+    from evo.seeds.nvfp4_gemm.designs import SKINNY_TMA, SKINNY_TMA_PACKED
+    from evo.seeds.nvfp4_gemm.launch import skinny_dynamic_bytes
+
+    space = FAMILY.space
+    # one chunk a stage by cp.async: the stage's chunk count is held; registers alone: both ring knobs are held
+    assert space.canonical(SKINNY_TMA.replace(skinny_ring_fill="cp_async", skinny_stage_chunks=4))["skinny_stage_chunks"] == 1
+    held = space.canonical(SKINNY_TMA.replace(skinny_stages=1, skinny_stage_chunks=4))
+    assert (held["skinny_ring_fill"], held["skinny_stage_chunks"]) == ("cp_async", 1)
+    assert space.canonical(SKINNY_TMA.replace(skinny_prefetch=True))["skinny_prefetch"] is False
+    macros = dict(flag[2:].split("=", 1) for flag in FAMILY.build_recipe(SKINNY_TMA).flags if flag.startswith("-D"))
+    assert (macros["SKINNY_TMA_BOXES"], macros["SKINNY_STAGE_CHUNKS"], macros["SKINNY_STAGES"]) == ("1", "1", "2")
+    # a stage: b's 16 rows (64 bytes a chunk) and their scales (8), a's 16 fp16 rows (256) with the prepass; an
+    # mbarrier a stage; rings of every warp
+    assert skinny_dynamic_bytes(SKINNY_TMA.as_dict()) == 4 * 2 * (16 * 64 + 16 * 8 + 16 * 256 + 8)
+    assert skinny_dynamic_bytes(SKINNY_TMA_PACKED.as_dict()) == 4 * 2 * (4 * (16 * 64 + 16 * 8) + 8)
+    assert skinny_dynamic_bytes(SKINNY_TMA.replace(skinny_ring_fill="cp_async").as_dict()) == 0  # static rings
+    assert not space.is_valid(SKINNY_TMA.replace(skinny_stages=8, skinny_stage_chunks=4, skinny_warps=8))  # > 227 KiB
+    # 74 KiB of rings: beyond static shared memory's 48, so by cp.async they do not fit, by boxes they do
+    assert space.is_valid(SKINNY_TMA_PACKED.replace(skinny_stages=8, skinny_warps=8, skinny_stage_chunks=1))
+    assert not space.is_valid(SKINNY_TMA_PACKED.replace(skinny_stages=8, skinny_warps=8, skinny_ring_fill="cp_async"))
+
+
+@pytest.mark.nvcc
+def test_skinny_kernels_plan_the_shared_memory_the_launch_sizes(tmp_path):
+    """The loader checks nvfp4_skinny_shared_bytes against launch.skinny_dynamic_bytes on the GPU; here the PTX's
+    constant is read for ring designs of each kind, so a mismatch fails without one."""
+    import re
+    import subprocess
+
+    from evo.seeds.nvfp4_gemm.designs import SKINNY_PREPASS_PREFETCH, SKINNY_STAGED, SKINNY_TMA, SKINNY_TMA_PACKED
+    from evo.seeds.nvfp4_gemm.launch import skinny_dynamic_bytes
+
+    for i, genome in enumerate((SKINNY_TMA, SKINNY_TMA_PACKED, SKINNY_TMA.replace(skinny_tokens=8, skinny_stages=4),
+                                SKINNY_TMA_PACKED.replace(skinny_stage_chunks=2, skinny_tokens=16), SKINNY_STAGED,
+                                SKINNY_PREPASS_PREFETCH)):
+        recipe = FAMILY.build_recipe(genome)
+        source, ptx = tmp_path / f"g{i}.cu", tmp_path / f"g{i}.ptx"
+        source.write_text(recipe.source)
+        subprocess.run([recipe.compiler, "-ptx", *recipe.flags, "-o", str(ptx), str(source)], check=True,
+                       capture_output=True)
+        planned = re.search(r"\.u32 nvfp4_skinny_shared_bytes( = (\d+))?;", ptx.read_text())  # (0: no initialiser)
+        assert planned and int(planned.group(2) or 0) == skinny_dynamic_bytes(genome.as_dict()), genome
+
+
 def test_a_skinny_k_split_fills_the_last_wave():
     from evo.seeds.nvfp4_gemm.launch import skinny_splits
 

@@ -81,7 +81,13 @@ SKINNY_PREPASS_PREFETCH = SKINNY_PREPASS.replace(skinny_prefetch=True, skinny_wa
 # b's runs through shared-memory rings by cp.async, with a K split over blocks; 16 tokens: the best at M = 16
 SKINNY_STAGED = SKINNY.replace(skinny_stages=8, skinny_warps=4, bit_placement="bytes", skinny_split=4)
 SKINNY_STAGED_TOKENS = SKINNY.replace(skinny_stages=4, skinny_warps=4, skinny_tokens=16, bit_placement="bytes")
-DESIGN_POINTS = (SEED, SKINNY, SKINNY_WIDE, SKINNY_NARROW, SKINNY_FOUR_WARPS, SKINNY_PREPASS, SKINNY_PREPASS_DEEP,
+# b's rows through each warp's ring by the TMA (a box of 16 rows a stage), a's fp16 rows (the prepass's) in a second
+# box of the stage: 16 tokens a block, two stages of one chunk, two blocks an SM at least; the best at M = 16 on the
+# H200 (2026-11-29); and with 8 tokens from global memory (no prepass), four chunks a stage
+SKINNY_TMA = SKINNY_PREPASS.replace(skinny_stages=2, skinny_ring_fill="tma_boxes", skinny_stage_chunks=1,
+                                    skinny_warps=4, skinny_tokens=16, skinny_min_blocks=2, skinny_l2_prefetch=False)
+SKINNY_TMA_PACKED = SKINNY_TMA.replace(skinny_tokens=8, skinny_a_prepass=False, skinny_stage_chunks=4)
+DESIGN_POINTS = (SEED, SKINNY, SKINNY_TMA, SKINNY_TMA_PACKED, SKINNY_WIDE, SKINNY_NARROW, SKINNY_FOUR_WARPS, SKINNY_PREPASS, SKINNY_PREPASS_DEEP,
                  SKINNY_PREPASS_WIDE, SKINNY_PREPASS_PREFETCH, SKINNY_STAGED, SKINNY_STAGED_TOKENS, SPLIT, WIDE, SHARED, WGMMA, WGMMA_WIDE, SWAPPED, SWAPPED_NARROW, SWAPPED_DIRECT_STORE, PREPASS,
                  CLUSTER, CLUSTER_MMA_SYNC, TMA_CLUSTER, TMA_IN_FLIGHT, TMA_SHORT_K, TMA_MBARRIERS, BYTES,
                  BYTES_IN_FLIGHT, BYTES_SHARED, SPREAD, SPREAD_MMA_SYNC, K_SPLIT, K_SPLIT_TWO_BLOCKS, K_SPLIT_SHORT_K,

@@ -40,6 +40,18 @@ def shared_bytes(g) -> int:
     return packed + (2 * g["block_m"] * g["block_k"] * 2 + 1024 if g["mma"] == "wgmma_swapped" else 0)
 
 
+def skinny_dynamic_bytes(g) -> int:
+    """Dynamic shared memory of a skinny block: with rings filled by TMA boxes (skinny_stages > 1) each warp's ring
+    and its stages' mbarriers; mirrors SKINNY_DYNAMIC_BYTES in nvfp4_skinny_rings.cuh."""
+    if g.get("design") != "skinny" or g["skinny_stages"] == 1 or g.get("skinny_ring_fill") != "tma_boxes":
+        return 0
+    chunks = g["skinny_stage_chunks"]
+    stage = chunks * (16 * 64 + 16 * 8)  # b's 16 rows and their scales
+    if g["skinny_a_prepass"]:  # a's fp16 rows in the stage too: 256 bytes a chunk a row
+        stage += g["skinny_tokens"] * chunks * 256
+    return g["skinny_warps"] * g["skinny_stages"] * (stage + 8)
+
+
 def threads(g) -> int:
     """Threads of a block: the warps that multiply, and a's producer warpgroup (a_dequant == producer)."""
     return g["warps_m"] * g["warps_n"] * 32 + (128 if g["a_dequant"] == "producer" else 0)
@@ -108,7 +120,8 @@ class Launcher:
     def __init__(self, module, genome: Mapping) -> None:
         self.genome = dict(genome)
         # (genomes stored before the skinny design are tile genomes)
-        self.skinny = module.kernel("nvfp4_skinny") if self.genome.get("design") == "skinny" else None
+        self.skinny = (module.sized_kernel("nvfp4_skinny", "nvfp4_skinny_shared_bytes", skinny_dynamic_bytes(self.genome),
+                                           "nvfp4_skinny_rings.cuh") if self.genome.get("design") == "skinny" else None)
         self.gemm = module.sized_kernel("nvfp4_gemm", "nvfp4_shared_bytes", shared_bytes(self.genome),
                                         "nvfp4_gemm.cu")
         self.prepass = module.kernel("nvfp4_dequantize_a")
@@ -143,21 +156,30 @@ class Launcher:
         stream = current_stream()
         dims = (l, m, s["n"], k, int(s["blocked"]), stream)
         if self.skinny is not None:  # with skinny_a_prepass a's fp16 copy first; a K split's workspace
-            prepass = g["skinny_a_prepass"]
+            prepass, boxes = g["skinny_a_prepass"], g["skinny_stages"] > 1 and g.get("skinny_ring_fill") == "tma_boxes"
             if prepass:
                 a = self._dequantize_a(s, dims, a, sfa)
-            block = 32 * g["skinny_warps"]
+            block, dynamic = 32 * g["skinny_warps"], skinny_dynamic_bytes(g)
             if "slots" not in self.kept:
-                self.kept["slots"] = multiprocessors() * self.skinny.blocks_per_sm(block, 0)
+                self.kept["slots"] = multiprocessors() * self.skinny.blocks_per_sm(block, dynamic)
             split = skinny_splits(g, s, self.kept["slots"])
             x, y, z = skinny_grid(g, s)
             outputs = g["skinny_tokens"] * 64  # a tile's sums: 16 columns x skinny_tokens rows
             records, tickets = ticketed_workspace(self.kept, ("skinny", dims), x * y * z * split * outputs if split > 1
                                                   else 0, x * y * z if split > 1 else 0, a.device)
+            maps = (TensorMapBytes(), TensorMapBytes())  # read only with skinny_ring_fill == tma_boxes
+            if boxes:  # b's 16 rows of a stage's chunks; with the prepass a's fp16 rows (as 4-byte words) too
+                key = (a.data_ptr(), b.data_ptr(), dims)
+                if self.kept.get(("skinny_maps", stream), (None,))[0] != key:
+                    chunks = g["skinny_stage_chunks"]
+                    tokens = (box_map(a.view(l, m, k // 2), (chunks * 64, g["skinny_tokens"], 1), swizzled=False)
+                              if prepass else TensorMapBytes())
+                    self.kept[("skinny_maps", stream)] = key, (box_map(b, (chunks * 64, 16, 1), swizzled=False), tokens)
+                maps = self.kept[("skinny_maps", stream)][1]
             self.skinny.launch((x, y, z * split), (block,),
                                [ptr(a), ptr(b), ptr(sfa), ptr(sfb), ptr(output), ctypes.c_int(m), ctypes.c_int(s["n"]),
                                 ctypes.c_int(k), ctypes.c_int(s["blocked"]), ctypes.c_int(split), ptr(records),
-                                ptr(tickets)], programmatic=prepass)
+                                ptr(tickets), *maps], shared_bytes=dynamic, programmatic=prepass)
             return
         cluster = g["split_reduce"] in CLUSTERED
         split = splits(g, s, multiprocessors(), self.clusters_fit if cluster else None)

@@ -9,7 +9,8 @@ __host__ __device__ __forceinline__ size_t scale_matrix_bytes(int rows, int K, i
 
 // a [L][M][K / 2] packed, sfa plain or blocked -> out [L][M][K] fp16, each value times its scale
 // times 2^-7 (as the in-block dequantisation makes them); a row's K runs in spans of 32, each
-// span's values in dequantize_span's chunk order. A unit is (batch, row, span): 16 bytes in, 64 out.
+// span's values in dequantize_span's chunk order (for the skinny kernel, DESIGN 1, word by word, see below). A unit
+// is (batch, row, span): 16 bytes in, 64 out.
 extern "C" __global__ void __launch_bounds__(256)
 nvfp4_dequantize_a(const unsigned char* a, const unsigned char* sfa, half* out, int M, int K, int blocked, int L) {
     // the GEMM, launched as this grid's programmatic dependent, may start now: it requests b's first
@@ -47,9 +48,16 @@ nvfp4_dequantize_a(const unsigned char* a, const unsigned char* sfa, half* out, 
         uint32_t chunks[4][4];
         dequantize_span(*reinterpret_cast<const uint4*>(a + ((size_t)batch * M + row) * (K / 2) + s * 16),
                         scales[first], scales[first + 1], chunks);
+#if DESIGN == 1  // the skinny kernel's order: in each chunk of 4 spans (128 values), word w of span t at 16 bytes
+                 // w * 4 + t, its 4 pairs (one load gives an mma's two B pairs; the 4 lanes of a row load 64 bytes)
+        uint4* to = reinterpret_cast<uint4*>(out + ((size_t)batch * M + row) * K + s / 4 * 128) + s % 4;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) to[w * 4] = make_uint4(chunks[0][w], chunks[1][w], chunks[2][w], chunks[3][w]);
+#else
         uint4* to = reinterpret_cast<uint4*>(out + ((size_t)batch * M + row) * K + s * 32);
 #pragma unroll
         for (int c = 0; c < 4; ++c) to[c] = make_uint4(chunks[c][0], chunks[c][1], chunks[c][2], chunks[c][3]);
+#endif
     }
 #endif
 }

@@ -11,6 +11,8 @@
 // step q, pair 2q + 1 in slots 2t + 8, 2t + 9), so no value crosses a lane. Each chunk's products go to
 // fresh accumulators added in fp32 to the running sums. A warp issues the loads of SKINNY_UNROLL chunks
 // before it multiplies the first, so that many 16-byte loads a thread are in flight.
+// This file: the runs, the chunk's multiply and the register loads; the shared-memory rings are in
+// nvfp4_skinny_rings.cuh, the kernel itself in nvfp4_skinny_kernel.cuh.
 //   SKINNY_WARPS   warps of a block, splitting K (2 .. 16)
 //   SKINNY_TOKENS  rows of a a block takes (8 or 16: one or two n8 fragments); more rows, more blocks
 //   SKINNY_UNROLL  chunks of K whose loads are issued together (1, 2, 4)
@@ -23,6 +25,10 @@
 //                       arrive adds them up in split order and stores
 //   SKINNY_PREFETCH     b's runs of the next SKINNY_UNROLL chunks loaded before this batch is multiplied (two
 //                       batches of registers), a's token runs as each chunk comes (they hit L1 or L2)
+//   SKINNY_TMA_BOXES    (SKINNY_STAGES > 1) the rings filled by the TMA instead: a stage holds SKINNY_STAGE_CHUNKS
+//                       chunks of the warp's 16 rows, one box (and with SKINNY_A_PREPASS a second of a's fp16 rows),
+//                       counted on the stage's mbarrier with the lanes' scale copies (see BoxedStages); the rings are
+//                       dynamic shared memory (nvfp4_skinny_shared_bytes)
 //   SKINNY_A_PREPASS    a's rows dequantised once by nvfp4_dequantize_a (its span layout: a thread's run of a
 //                       chunk is one span, 64 bytes of fp16 pairs) and loaded as they are, instead of every warp
 //                       of every block dequantising them again (a third of the work at 8 tokens); the launch
@@ -86,26 +92,27 @@ __device__ __forceinline__ uint32_t component(const uint4& v, int j) {
     return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
 }
 
-// a thread's token run as nvfp4_dequantize_a left it: span chunk c holds pair c of words 0..3
+// a thread's token run as nvfp4_dequantize_a left it for this kernel: words[j] holds word j's 4 pairs (in four
+// consecutive registers, so an mma's B pairs need no moves)
 struct HalfRun {
-    uint4 chunks[4];
+    uint4 words[4];
 };
 
-// (with SKINNY_A_PREPASS) a thread's runs along one row of a's fp16 copy ([rows][K] halves in spans of 32
-// values, a span 64 bytes): its span of each chunk, 256 bytes on from the last
+// (with SKINNY_A_PREPASS) a thread's runs along one row of a's fp16 copy ([rows][K] halves; in each chunk of 128
+// values, 256 bytes, word w of lane t's span at 16 bytes w * 4 + t): its run of each chunk, 256 bytes on from the last
 struct HalfCursor {
     const uint4* at;
 
     HalfCursor() = default;
     __device__ __forceinline__ HalfCursor(const half* halves, int rows, int row, int chunk, int K) {
         const int last = within_rows(row, rows);
-        at = reinterpret_cast<const uint4*>(halves + (size_t)last * K + (chunk * 4 + threadIdx.x % 4) * 32);
+        at = reinterpret_cast<const uint4*>(halves + (size_t)last * K + chunk * 128) + threadIdx.x % 4;
     }
 
     __device__ __forceinline__ HalfRun run(int ahead) const {
         HalfRun r;
 #pragma unroll
-        for (int c = 0; c < 4; ++c) r.chunks[c] = __ldg(at + ahead * 16 + c);
+        for (int w = 0; w < 4; ++w) r.words[w] = __ldg(at + ahead * 16 + w * 4);
         return r;
     }
 
@@ -121,8 +128,10 @@ __device__ __forceinline__ void run_pairs(const SkinnyRun& r, int j, uint32_t (&
 
 // word j of a token run made by the prepass: its 4 fp16 pairs, already dequantised
 __device__ __forceinline__ void run_pairs(const HalfRun& r, int j, uint32_t (&pairs)[4]) {
-#pragma unroll
-    for (int c = 0; c < 4; ++c) pairs[c] = component(r.chunks[c], j);
+    pairs[0] = r.words[j].x;
+    pairs[1] = r.words[j].y;
+    pairs[2] = r.words[j].z;
+    pairs[3] = r.words[j].w;
 }
 
 #if SKINNY_A_PREPASS
@@ -156,19 +165,6 @@ __device__ __forceinline__ void multiply_chunk(float (&acc)[SKINNY_FRAGMENTS][4]
     for (int f = 0; f < SKINNY_FRAGMENTS; ++f)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[f][e] += chunk[f][e];
-}
-
-// the tile's blocks of a K split: true in the last to arrive (after every other's partial sums are written),
-// which sets the tile's counter back to zero for the next launch. All threads call it.
-__device__ __forceinline__ bool last_of_splits(unsigned* counter, int splits) {
-    __threadfence();  // this block's partial sums are visible to the GPU before its ticket is
-    __syncthreads();
-    unsigned ticket = 0;
-    if (threadIdx.x == 0) ticket = atomicAdd(counter, 1u);
-    const bool last = __syncthreads_or(threadIdx.x == 0 && ticket == unsigned(splits - 1));
-    if (last && threadIdx.x == 0) *counter = 0u;
-    __threadfence();  // the other blocks' sums are read after their tickets
-    return last;
 }
 
 // COUNT chunks' runs of b's rows g and g + 8
@@ -250,142 +246,4 @@ struct WarpCursors {
     }
 };
 
-#if SKINNY_STAGES > 1
-// SKINNY_STAGES > 1: b's runs come through a ring of shared-memory stages of each warp's own, one chunk a
-// stage, by cp.async (SKINNY_STAGES - 1 chunks in flight whatever the registers): a stage holds the lanes'
-// runs of rows g (512 bytes, lane-major) and g + 8 (512), and the 16 rows' 8 scales of the chunk (128 bytes,
-// row-major), lane l copying 4 of row l / 2's. A lane reads back its own runs and the scale pairs of its rows.
-constexpr int SKINNY_STAGE_BYTES = 2 * 32 * 16 + 16 * 8;
-
-struct StagedWeights {
-    const unsigned char* top;     // this lane's run of row g at the next chunk to copy, row g + 8's 8 rows on
-    const unsigned char* scales;  // 4 bytes of row lane / 2's scales at that chunk
-    size_t bottom_offset;
-    int scale_step;
-    unsigned char* ring;  // the warp's stages
-
-    __device__ __forceinline__ StagedWeights(const unsigned char* weights, const unsigned char* weight_scales, int N,
-                                             int n0, int chunk, int K, int blocked, unsigned char* ring_)
-        : scale_step(blocked ? 1024 : 8), ring(ring_) {
-        const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-        const int row = within_rows(n0 + g, N), lower = within_rows(n0 + g + 8, N), scale_row = within_rows(n0 + lane / 2, N);
-        top = weights + (size_t)row * (K / 2) + chunk * 64 + t * 16;
-        bottom_offset = (size_t)(lower - row) * (K / 2);
-        scales = weight_scales + scale_offset(scale_row, chunk * 8 + 4 * (lane % 2), K, blocked);
-    }
-
-    // the next chunk's copies into `slot` (zeros, reading nothing, past the warp's range); one commit group
-    __device__ __forceinline__ void copy_next(int slot, bool inside) {
-        unsigned char* stage = ring + slot * SKINNY_STAGE_BYTES;
-        const int lane = threadIdx.x % 32;
-        copy16_async(stage + lane * 16, top, inside);
-        copy16_async(stage + 512 + lane * 16, top + bottom_offset, inside);
-        copy4(stage + 1024 + lane * 4, scales, inside);
-        cp_async_commit();
-        top += 64;
-        scales += scale_step;
-    }
-
-    __device__ __forceinline__ SkinnyRun run(int slot, int half) const {
-        const unsigned char* stage = ring + slot * SKINNY_STAGE_BYTES;
-        const int lane = threadIdx.x % 32, row = lane / 4 + 8 * half;
-        return SkinnyRun{*reinterpret_cast<const uint4*>(stage + half * 512 + lane * 16),
-                         *reinterpret_cast<const unsigned short*>(stage + 1024 + row * 8 + 2 * (lane % 4))};
-    }
-};
-
-// chunks [begin, end) through the warp's ring: copy chunk + SKINNY_STAGES - 1, wait for chunk's, multiply it
-__device__ __forceinline__ void multiply_staged(float (&acc)[SKINNY_FRAGMENTS][4], StagedWeights& weights,
-                                                TokenCursor (&tokens)[SKINNY_FRAGMENTS], int begin, int end) {
-#pragma unroll
-    for (int s = 0; s < SKINNY_STAGES - 1; ++s) weights.copy_next(s, begin + s < end);
-    // a's token runs (L1 and L2 hits) one chunk ahead in registers, so their latency overlaps a chunk's work
-    TokenRun token[SKINNY_FRAGMENTS], next[SKINNY_FRAGMENTS];
-#pragma unroll
-    for (int f = 0; f < SKINNY_FRAGMENTS; ++f) token[f] = begin < end ? tokens[f].run(0) : TokenRun{};
-    for (int chunk = begin, i = 0; chunk < end; ++chunk, ++i) {
-        weights.copy_next((i + SKINNY_STAGES - 1) % SKINNY_STAGES, chunk + SKINNY_STAGES - 1 < end);
-#pragma unroll
-        for (int f = 0; f < SKINNY_FRAGMENTS; ++f) {
-            tokens[f].advance(1);
-            if (chunk + 1 < end) next[f] = tokens[f].run(0);
-        }
-        cp_async_wait<SKINNY_STAGES - 1>();
-        __syncwarp();  // every lane's copies of this chunk landed (the scales are read across lanes)
-        const int slot = i % SKINNY_STAGES;
-        multiply_chunk(acc, weights.run(slot, 0), weights.run(slot, 1), token);
-#pragma unroll
-        for (int f = 0; f < SKINNY_FRAGMENTS; ++f) token[f] = next[f];
-        __syncwarp();  // every lane done with the slot before it is copied into again
-    }
-    cp_async_wait<0>();
-}
-#endif
-
-extern "C" __global__ void __launch_bounds__(SKINNY_WARPS * 32, SKINNY_MIN_BLOCKS)
-nvfp4_skinny(const unsigned char* a, const unsigned char* b, const unsigned char* sfa, const unsigned char* sfb,
-             half* c, int M, int N, int K, int blocked, int splits, float* partials, unsigned* tickets) {
-    __shared__ float4 partial[SKINNY_WARPS][SKINNY_FRAGMENTS][32];  // each warp's sums, lane by lane
-    const int batch = blockIdx.z / splits, split = blockIdx.z % splits, n0 = blockIdx.x * 16, m0 = blockIdx.y * SKINNY_TOKENS;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
-    // the block's range of K's chunks (its split's), and the warp's part of it
-    const int chunks = K / 128, first = split * chunks / splits, count = (split + 1) * chunks / splits - first;
-    const int begin = first + warp * count / SKINNY_WARPS, end = first + (warp + 1) * count / SKINNY_WARPS;
-    const unsigned char* weights = b + (size_t)batch * N * (K / 2);
-    const unsigned char* weight_scales = sfb + batch * scale_matrix_bytes(N, K, blocked);
-    WarpCursors runs{RunCursor(weights, weight_scales, N, n0 + g, begin, K, blocked, true),
-                     RunCursor(weights, weight_scales, N, n0 + g + 8, begin, K, blocked, true), {}};
-#if SKINNY_A_PREPASS  // `a` is the prepass's fp16 copy, written by the grid before this one
-    const half* halves = reinterpret_cast<const half*>(a) + (size_t)batch * M * K;
-#pragma unroll
-    for (int f = 0; f < SKINNY_FRAGMENTS; ++f) runs.tokens[f] = HalfCursor(halves, M, m0 + 8 * f + g, begin, K);
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#else
-    const unsigned char* token_values = a + (size_t)batch * M * (K / 2);
-    const unsigned char* token_scales = sfa + batch * scale_matrix_bytes(M, K, blocked);
-#pragma unroll
-    for (int f = 0; f < SKINNY_FRAGMENTS; ++f)
-        runs.tokens[f] = RunCursor(token_values, token_scales, M, m0 + 8 * f + g, begin, K, blocked, false);
-#endif
-    float acc[SKINNY_FRAGMENTS][4] = {};
-#if SKINNY_STAGES > 1
-    __shared__ __align__(16) unsigned char rings[SKINNY_WARPS][SKINNY_STAGES * SKINNY_STAGE_BYTES];
-    StagedWeights staged(weights, weight_scales, N, n0, begin, K, blocked, rings[warp]);
-    multiply_staged(acc, staged, runs.tokens, begin, end);
-#else
-    runs.multiply_range<SKINNY_UNROLL>(acc, begin, end);
-#endif
-#pragma unroll
-    for (int f = 0; f < SKINNY_FRAGMENTS; ++f) partial[warp][f][lane] = make_float4(acc[f][0], acc[f][1], acc[f][2], acc[f][3]);
-    __syncthreads();
-    // sum over the warps: output i is (fragment f, lane l, element e) of the accumulator layout, c's
-    // column n0 + l / 4 (+ 8 for e >= 2) and row m0 + 8 f + 2 (l % 4) + e % 2; with a K split over blocks,
-    // each leaves its sums in the workspace and the last of the tile's blocks to arrive adds them up
-    constexpr int OUTPUTS = SKINNY_FRAGMENTS * 32 * 4, PASSES = (OUTPUTS + SKINNY_WARPS * 32 - 1) / (SKINNY_WARPS * 32);
-    const size_t tile = ((size_t)batch * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-    float* tile_partials = partials + tile * splits * OUTPUTS;
-    float sums[PASSES];
-#pragma unroll
-    for (int p = 0; p < PASSES; ++p) {
-        const int i = threadIdx.x + p * SKINNY_WARPS * 32, e = i % 4, l = i / 4 % 32, f = i / 128;
-        float sum = 0.0f;
-        if (i < OUTPUTS) {
-#pragma unroll
-            for (int w = 0; w < SKINNY_WARPS; ++w) sum += reinterpret_cast<const float*>(&partial[w][f][l])[e];
-            if (splits > 1) __stcg(tile_partials + split * OUTPUTS + i, sum);
-        }
-        sums[p] = sum;
-    }
-    if (splits > 1 && !last_of_splits(tickets + tile, splits)) return;
-    half* out = c + (size_t)batch * M * N;
-#pragma unroll
-    for (int p = 0; p < PASSES; ++p) {
-        const int i = threadIdx.x + p * SKINNY_WARPS * 32, e = i % 4, l = i / 4 % 32, f = i / 128;
-        if (i >= OUTPUTS) break;
-        float sum = splits > 1 ? 0.0f : sums[p];  // (in split order, whichever block is last: the same sum every run)
-        for (int other = 0; other < splits && splits > 1; ++other) sum += __ldcg(tile_partials + other * OUTPUTS + i);
-        const int column = n0 + l / 4 + (e >= 2 ? 8 : 0), row = m0 + 8 * f + 2 * (l % 4) + e % 2;
-        if (column < N && row < M) out[(size_t)row * N + column] = __float2half_rn(sum * UNSCALE);
-    }
-}
 #endif

@@ -20,12 +20,13 @@ from evo.seeds._family import BLOCK_SHARED_BYTES, HOPPER_NVCC_FLAGS, BuildRecipe
 from evo.seeds._workload import workload
 from evo.seeds._wgmma import wgmma_wrapper
 from evo.seeds.nvfp4_gemm import runtime as nvfp4_runtime
-from evo.seeds.nvfp4_gemm.launch import shared_bytes, threads
+from evo.seeds.nvfp4_gemm.launch import shared_bytes, skinny_dynamic_bytes, threads
 
 HERE = Path(__file__).parent
 HOPPER = HERE.parent / "_hopper.cuh"
 SOURCES = (HERE / "nvfp4_bits.cuh", HERE / "nvfp4_gemm_parts.cuh", HERE / "nvfp4_epilogue.cuh",
-           HERE / "nvfp4_tma.cuh", HERE / "nvfp4_prepass.cuh", HERE / "nvfp4_gemm.cu", HERE / "nvfp4_skinny.cuh")
+           HERE / "nvfp4_tma.cuh", HERE / "nvfp4_prepass.cuh", HERE / "nvfp4_gemm.cu", HERE / "nvfp4_skinny.cuh",
+           HERE / "nvfp4_skinny_rings.cuh", HERE / "nvfp4_skinny_kernel.cuh")
 DESIGNS = ("tiles", "skinny")
 DEQUANTS = ("registers", "shared")
 MMAS = ("mma_sync", "wgmma", "wgmma_swapped")
@@ -34,6 +35,7 @@ SPLIT_REDUCES = ("ticket", "cluster", "spread", "cluster_l2")
 LOADS = ("cp_async", "tma")
 STAGE_SYNCS = ("block_barrier", "mbarriers")
 BIT_PLACEMENTS = ("shifts", "bytes")
+RING_FILLS = ("cp_async", "tma_boxes")
 SMEM_LIMIT = BLOCK_SHARED_BYTES  # one block
 SMEM_PER_SM = 228 * 1024  # all the blocks of an SM (each also reserves 1 KiB for the system)
 MAX_ACCUMULATORS = 64  # fp32 accumulators a thread keeps (twice: the running ones and the K tile's)
@@ -67,9 +69,11 @@ TILES_HELD = dict(block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=4, st
                   wgmma_in_flight=1, loads="cp_async", stage_sync="block_barrier", warpgroup_k_split=1)
 # the skinny kernel's knobs, where a tile genome holds them
 SKINNY_HELD = dict(skinny_warps=8, skinny_tokens=8, skinny_unroll=2, skinny_l2_prefetch=False, skinny_a_prepass=False,
-                   skinny_min_blocks=1, skinny_prefetch=False, skinny_split=1, skinny_stages=1)
+                   skinny_min_blocks=1, skinny_prefetch=False, skinny_split=1, skinny_stages=1, skinny_ring_fill="cp_async",
+                   skinny_stage_chunks=1)
 # the skinny knobs of b's loads into registers, which a skinny kernel with shared-memory stages reads not
 SKINNY_REGISTER_LOADS = ("skinny_unroll", "skinny_prefetch", "skinny_l2_prefetch")
+SKINNY_RING_KNOBS = ("skinny_ring_fill", "skinny_stage_chunks")  # read with shared-memory stages alone
 SKINNY_STAGE_BYTES = 2 * 32 * 16 + 16 * 8  # a warp's stage: two 512-byte slabs of runs and 16 rows' 8 scales
 STATIC_SHARED_LIMIT = 48 * 1024  # the skinny kernel's shared memory is static
 SKINNY_REGISTER_BUDGET = 255  # registers a skinny thread may hold (__launch_bounds__ leaves it up to 65536 / threads)
@@ -98,15 +102,20 @@ def _inactive(values) -> dict:
     kernel with shared-memory stages reads none of the register loads' knobs."""
     if values["design"] != "skinny":
         return SKINNY_HELD
-    if values["skinny_stages"] > 1:
-        return {**TILES_HELD, **{name: SKINNY_HELD[name] for name in SKINNY_REGISTER_LOADS}}
-    return TILES_HELD
+    if values["skinny_stages"] == 1:
+        return {**TILES_HELD, **{name: SKINNY_HELD[name] for name in SKINNY_RING_KNOBS}}
+    held = {**TILES_HELD, **{name: SKINNY_HELD[name] for name in SKINNY_REGISTER_LOADS}}
+    if values["skinny_ring_fill"] == "cp_async":  # one chunk a stage
+        return {**held, "skinny_stage_chunks": SKINNY_HELD["skinny_stage_chunks"]}
+    return held
 
 
 def _skinny_shared_bytes(g) -> int:
-    """Static shared memory of a skinny block: the warps' partial sums and (skinny_stages > 1) their rings."""
+    """Static shared memory of a skinny block: the warps' partial sums and (skinny_stages > 1 by cp.async) their
+    rings."""
     sums = g["skinny_warps"] * g["skinny_tokens"] // 8 * 32 * 16
-    return sums + (g["skinny_warps"] * g["skinny_stages"] * SKINNY_STAGE_BYTES if g["skinny_stages"] > 1 else 0)
+    staged = g["skinny_stages"] > 1 and g["skinny_ring_fill"] == "cp_async"
+    return sums + (g["skinny_warps"] * g["skinny_stages"] * SKINNY_STAGE_BYTES if staged else 0)
 
 
 SPACE = Space(
@@ -130,6 +139,15 @@ SPACE = Space(
                                                       "skinny_prefetch, skinny_l2_prefetch); more, through a ring of "
                                                       "that many shared-memory stages of each warp's own by cp.async, "
                                                       "one chunk a stage (stages - 1 chunks in flight)"),
+        Choice("skinny_ring_fill", RING_FILLS,
+               description="skinny with skinny_stages > 1, how b's rows come into a warp's ring: every lane's 16-byte "
+                           "cp.async copies, one chunk a stage | the TMA, one box of the 16 rows a stage (and with "
+                           "skinny_a_prepass a second of a's fp16 rows), counted on the stage's mbarrier: the bytes "
+                           "in flight cost neither registers nor a copy a lane, and every stage is in flight while "
+                           "the warp waits for the oldest"),
+        PowerOfTwo("skinny_stage_chunks", 1, 4, description="skinny rings filled by TMA boxes: chunks of 128 values "
+                                                            "of K a stage holds (64 bytes of each of b's rows, 256 of "
+                                                            "each of a's fp16 rows)"),
         PowerOfTwo("skinny_split", 1, 8, description="skinny: the most blocks sharing a tile of 16 of b's rows, "
                                                      "each on a range of K (the launch takes the count, up to this, "
                                                      "whose grid best fills its last wave); the last to finish adds "
@@ -271,6 +289,11 @@ SPACE = Space(
                    f"skinny: the warps' partial sums (skinny_warps x skinny_tokens x 64 bytes) and rings (skinny_warps x "
                    f"skinny_stages x {SKINNY_STAGE_BYTES} bytes with skinny_stages > 1) fit {STATIC_SHARED_LIMIT} bytes of "
                    "static shared memory"),
+        Constraint("skinny_boxed_rings_fit_shared_memory",
+                   lambda g: g["design"] != "skinny" or _skinny_shared_bytes(g) + skinny_dynamic_bytes(g) <= SMEM_LIMIT,
+                   "skinny rings filled by TMA boxes: the warps' partial sums and rings, skinny_warps x skinny_stages x "
+                   "(skinny_stage_chunks x (16 x 64 bytes of b's rows + 16 x 8 of their scales, + skinny_tokens x "
+                   f"256 of a's fp16 rows with skinny_a_prepass) + 8), fit {SMEM_LIMIT} bytes"),
         Constraint("blocks_fit_an_sm", lambda g: g["blocks_per_sm"] * (shared_bytes(g) + 1024) <= SMEM_PER_SM,
                    f"blocks_per_sm * (shared bytes + 1 KiB) <= {SMEM_PER_SM}"),
     ],
@@ -344,7 +367,8 @@ class Nvfp4Gemm(RuntimeFamily):
     def build_recipe(self, genome) -> BuildRecipe:
         g = genome.as_dict()
         # numbers and switches (0 / 1) under their own names; the choices as their macros
-        named = ("design", "dequant", "mma", "a_dequant", "split_reduce", "loads", "stage_sync", "bit_placement")
+        named = ("design", "dequant", "mma", "a_dequant", "split_reduce", "loads", "stage_sync", "bit_placement",
+                 "skinny_ring_fill")
         macros = {**{name.upper(): int(value) if isinstance(value, bool) else value for name, value in g.items()
                      if name not in named},
                   "DESIGN": DESIGNS.index(g["design"]), "DEQUANT": DEQUANTS.index(g["dequant"]),
@@ -354,7 +378,8 @@ class Nvfp4Gemm(RuntimeFamily):
                   "BIT_PLACEMENT": BIT_PLACEMENTS.index(g["bit_placement"]),
                   "SPLIT_SPREAD": int(g["split_reduce"] == "spread"),
                   "SPLIT_CLUSTER_L2": int(g["split_reduce"] == "cluster_l2"),
-                  "TMA_LOADS": int(g["loads"] == "tma"), "STAGE_BARRIERS": int(g["stage_sync"] == "mbarriers")}
+                  "TMA_LOADS": int(g["loads"] == "tma"), "STAGE_BARRIERS": int(g["stage_sync"] == "mbarriers"),
+                  "SKINNY_TMA_BOXES": int(g["skinny_ring_fill"] == "tma_boxes")}
         flags = HOPPER_NVCC_FLAGS + tuple(
             f"-D{name}={value}" for name, value in sorted(macros.items()))
         wrapper = {"mma_sync": "", "wgmma": wgmma_wrapper("wgmma_f16", g["block_n"] // g["warps_n"], "f16"),
