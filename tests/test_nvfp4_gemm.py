@@ -99,6 +99,8 @@ def test_a_skinny_genomes_kernels_do_not_depend_on_the_tile_knobs_it_holds(tmp_p
                 for kernel in ("nvfp4_skinny", "nvfp4_dequantize_a")}
 
     assert entries(drawn, "drawn") == entries(canonical, "canonical")
+    # and the build itself is the canonical genome's: no held knob reaches the compiler
+    assert FAMILY.build_recipe(drawn) == FAMILY.build_recipe(canonical)
 
 
 def test_constraints_launch_and_workspace():

@@ -119,11 +119,15 @@ class Launcher:
 
     def __init__(self, module, genome: Mapping) -> None:
         self.genome = dict(genome)
-        # (genomes stored before the skinny design are tile genomes)
-        self.skinny = (module.sized_kernel("nvfp4_skinny", "nvfp4_skinny_shared_bytes", skinny_dynamic_bytes(self.genome),
-                                           "nvfp4_skinny_rings.cuh") if self.genome.get("design") == "skinny" else None)
-        self.gemm = module.sized_kernel("nvfp4_gemm", "nvfp4_shared_bytes", shared_bytes(self.genome),
-                                        "nvfp4_gemm.cu")
+        # only the design's own kernel is loaded and sized: the module was built from the canonical genome, whose
+        # other design's knobs are held (genomes stored before the skinny design are tile genomes)
+        self.skinny = self.gemm = None
+        if self.genome.get("design") == "skinny":
+            self.skinny = module.sized_kernel("nvfp4_skinny", "nvfp4_skinny_shared_bytes",
+                                              skinny_dynamic_bytes(self.genome), "nvfp4_skinny_rings.cuh")
+        else:
+            self.gemm = module.sized_kernel("nvfp4_gemm", "nvfp4_shared_bytes", shared_bytes(self.genome),
+                                            "nvfp4_gemm.cu")
         self.prepass = module.kernel("nvfp4_dequantize_a")
         self.kept: dict[Any, Any] = {}
 

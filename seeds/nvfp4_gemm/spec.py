@@ -365,7 +365,9 @@ class Nvfp4Gemm(RuntimeFamily):
     timing = TimingPlan(warmup=3, min_runs=10, max_runs=100, min_seconds=0.05)
 
     def build_recipe(self, genome) -> BuildRecipe:
-        g = genome.as_dict()
+        # from the canonical genome: no knob the design does not read reaches the compiler (a genome drawn as it is,
+        # as a covering sample draws them, once built a's prepass for TMA stages from a tile knob it held)
+        g = self.space.canonical(genome).as_dict()
         # numbers and switches (0 / 1) under their own names; the choices as their macros
         named = ("design", "dequant", "mma", "a_dequant", "split_reduce", "loads", "stage_sync", "bit_placement",
                  "skinny_ring_fill")
