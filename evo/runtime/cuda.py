@@ -141,24 +141,37 @@ class CudaKernel:
         before the stream's previous kernel completes, once that one has executed
         ``griddepcontrol.launch_dependents``; it must execute ``griddepcontrol.wait`` before it reads
         what that kernel writes."""
-        grid3 = tuple(grid) + (1,) * (3 - len(grid))
-        block3 = tuple(block) + (1,) * (3 - len(block))
+        grid3, block3 = _three(grid), _three(block)
         holders = list(args)
         pointers = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
         if stream is None:
             stream = current_stream()
         if cluster is None and not programmatic:
-            error = _launch_kernel()(self.handle, *grid3, *block3, shared_bytes, stream, pointers, None)
-        else:
-            key = (grid3, block3, shared_bytes, tuple(cluster) if cluster is not None else None, programmatic)
-            with self._lock:  # one configuration per launch geometry, its stream set for each launch
-                config = self._configs.get(key)
-                if config is None:
-                    config = self._configs[key] = _LaunchConfig.made(grid3, block3, shared_bytes, cluster, programmatic)
-                config.stream = stream
-                error = _launch_kernel_ex()(ctypes.byref(config), self.handle, pointers, None)
-        if error:
-            _check(f"cuLaunchKernel({self.name})", (_driver().CUresult(error),))
+            _launch(self.handle, (*grid3, *block3, shared_bytes), None, stream, pointers, self.name)
+            return
+        key = (grid3, block3, shared_bytes, tuple(cluster) if cluster is not None else None, programmatic)
+        with self._lock:  # one configuration per launch geometry, its stream set for each launch
+            config = self._configs.get(key)
+            if config is None:
+                config = self._configs[key] = _LaunchConfig.made(grid3, block3, shared_bytes, cluster, programmatic)
+            _launch(self.handle, None, config, stream, pointers, self.name)
+
+
+def _three(dims: Sequence[int]) -> tuple[int, ...]:
+    """Grid or block dimensions padded to three."""
+    return tuple(dims) + (1,) * (3 - len(dims))
+
+
+def _launch(handle: int, dims, config, stream: int, pointers, name: str) -> None:
+    """One launch through ctypes: cuLaunchKernel with ``dims`` (grid, block, shared bytes) when ``config`` is None,
+    else cuLaunchKernelEx with ``config`` (a _LaunchConfig, its stream set here); CudaError naming ``name``."""
+    if config is None:
+        error = _launch_kernel()(handle, *dims, stream, pointers, None)
+    else:
+        config.stream = stream
+        error = _launch_kernel_ex()(ctypes.byref(config), handle, pointers, None)
+    if error:
+        _check(f"cuLaunchKernel({name})", (_driver().CUresult(error),))
 
 
 @functools.cache
@@ -220,8 +233,7 @@ class PreparedLaunch:
                  args: Sequence[ctypes._SimpleCData], shared_bytes: int = 0, *, cluster: Sequence[int] | None = None,
                  programmatic: bool = False) -> None:
         self.kernel = kernel  # keeps its module loaded
-        self.function = int(kernel.function)
-        grid3, block3 = tuple(grid) + (1,) * (3 - len(grid)), tuple(block) + (1,) * (3 - len(block))
+        grid3, block3 = _three(grid), _three(block)
         self.dims = [*grid3, *block3, shared_bytes]
         self.args = list(args)
         self.addresses = [ctypes.addressof(a) for a in self.args]
@@ -236,14 +248,7 @@ class PreparedLaunch:
         ctypes.memmove(self.addresses[slot], ctypes.addressof(value), ctypes.sizeof(value))
 
     def launch(self, stream: int) -> None:
-        if self.config is None:
-            error = _launch_kernel()(self.function, *self.dims, stream, self.pointers, None)
-        else:
-            self.config.stream = stream
-            error = _launch_kernel_ex()(ctypes.byref(self.config), self.function, self.pointers, None)
-        if error:
-            driver = _driver()
-            _check(f"cuLaunchKernel({self.kernel.name})", (driver.CUresult(error),))
+        _launch(self.kernel.handle, self.dims, self.config, stream, self.pointers, self.kernel.name)
 
 
 class CudaModule:
