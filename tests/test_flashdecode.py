@@ -30,6 +30,66 @@ def test_the_reference_is_sdpa_s_attention_with_grouped_heads_and_its_top_left_c
     assert torch.allclose(RUNTIME.reference(dims, (q, k, v)), expected, atol=1e-5, rtol=1e-5)
 
 
+def test_a_mask_aligned_to_the_lower_right_is_torch_s_causal_lower_right():
+    """The reference and the op's PyTorch computation (evo.runtime.attention.sdpa) with lower_right: query token i
+    sees keys 0..KV - Q + i, as torch.nn.attention.bias.causal_lower_right says (K/V heads repeated for it)."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    from evo.runtime.attention import sdpa
+
+    dims = dict(b=2, h=8, h_kv=2, q=5, kv=37, d=64, causal=1, lower_right=1, bf16=0)
+    q, k, v = _inputs(dims)
+    repeated = [t.repeat_interleave(4, dim=1) for t in (k, v)]
+    expected = torch.nn.functional.scaled_dot_product_attention(q, *repeated, attn_mask=causal_lower_right(5, 37))
+    assert torch.allclose(RUNTIME.reference(dims, (q, k, v)), expected, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(sdpa(q, k, v, True, True), expected, atol=1e-5, rtol=1e-5)
+    # the last query token sees every key, the first all but the last Q - 1
+    assert not torch.allclose(expected, torch.nn.functional.scaled_dot_product_attention(
+        q, *repeated, is_causal=True), atol=1e-3)
+    assert torch.allclose(sdpa(q, k, v, True, False), RUNTIME.reference(dict(dims, lower_right=0), (q, k, v)),
+                          atol=1e-5, rtol=1e-5)
+
+
+def test_the_op_takes_causal_lower_right_through_its_schema_gradient_and_torch_compile(tmp_path):
+    """On CPU tensors the op runs PyTorch's computation: the public function's causal="lower_right", the custom op's
+    extra bool, its backward (the aligned gradient schema) and a fullgraph trace all carry the alignment; a causal
+    that is none of False, True, "top_left", "lower_right" is refused naming the argument."""
+    from evo.runtime.op import Op
+
+    dims = dict(b=1, h=4, h_kv=2, q=3, kv=11, d=64, causal=1, lower_right=1, bf16=0)
+    op = Op("flashdecode_lower_right_test", RUNTIME, {}, {"entries": [], "categorical": ["d"], "default": None},
+            tmp_path, {"max_abs": 0.03, "max_rel_l2": 1e-2})
+    q, k, v = _inputs(dims)
+    expected = RUNTIME.reference(dims, (q, k, v))
+    assert torch.allclose(RUNTIME.attention(op, q, k, v, causal="lower_right"), expected, atol=1e-5)
+    assert torch.allclose(RUNTIME.call_with(op, dims, (q, k, v)), expected, atol=1e-5)
+    with pytest.raises(ValueError, match="causal must be"):
+        RUNTIME.attention(op, q, k, v, causal="bottom_left")
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    op(*leaves, True, True).sum().backward()
+    mine = [t.grad for t in leaves]
+    others = [t.clone().requires_grad_() for t in (q, k, v)]
+    RUNTIME.reference(dims, others).sum().backward()
+    assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(mine, (t.grad for t in others)))
+    compiled = torch.compile(lambda q, k, v: op(q, k, v, True, True), fullgraph=True, backend="aot_eager")
+    assert torch.allclose(compiled(q, k, v), expected, atol=1e-5)
+
+
+def test_a_lower_right_shape_needs_causal_and_no_fewer_keys_than_queries():
+    from evo.seeds._family import ProblemShape
+    from evo.seeds.flashdecode.spec import decode_shape
+
+    FAMILY.validate_shape(decode_shape("ok", 1, 8, 2, 40, q=40, lower_right=True))
+    with pytest.raises(ValueError, match="kv >= q"):
+        FAMILY.validate_shape(decode_shape("short", 1, 8, 2, 39, q=40, lower_right=True))
+    aligned_only = dict(decode_shape("x", 1, 8, 2, 64, q=4).dims, lower_right=1)  # causal 0
+    with pytest.raises(ValueError, match="needs causal = 1"):
+        FAMILY.validate_shape(ProblemShape("x", tuple(aligned_only.items())))
+    chunks = FAMILY.workload("chunked_prefill")
+    assert all(s["lower_right"] and s["kv"] >= s["q"] for s in chunks.shapes if s["q"] > 1)
+    assert RUNTIME.takes({}, dict(decode_shape("short", 1, 8, 2, 39, q=40).dims, lower_right=1)) is False
+
+
 def test_splits_fill_the_gpu_never_shorter_than_the_genome_allows(monkeypatch):
     monkeypatch.setattr(RUNTIME, "multiprocessors", lambda: 132)
     genome = dict(warps=4, keys_per_warp=32, split_waves=2, min_split_keys=256)

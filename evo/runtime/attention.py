@@ -9,15 +9,33 @@ import torch
 
 _SDPA = torch.nn.functional.scaled_dot_product_attention  # PyTorch's, kept before any patching
 GRADIENT_SCHEMA = "(Tensor grad, Tensor q, Tensor k, Tensor v, bool causal) -> (Tensor, Tensor, Tensor)"
+# with the causal mask's alignment: the top left (SDPA's is_causal) or the lower right (lower_right)
+ALIGNED_GRADIENT_SCHEMA = ("(Tensor grad, Tensor q, Tensor k, Tensor v, bool causal, bool lower_right=False) -> "
+                           "(Tensor, Tensor, Tensor)")
 
 
-def sdpa_gradient(grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool):
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, lower_right: bool = False) -> torch.Tensor:
+    """PyTorch's SDPA for q [B, H, Q, D] over k, v [B, H_kv, KV, D], K/V heads grouped where they are fewer; causal
+    aligned to the top left (SDPA's is_causal: query token i sees keys 0..i) or, with ``lower_right``, to the lower
+    right (i sees keys 0..KV - Q + i: the queries are the last Q positions, as in chunked prefill), through
+    torch.nn.attention.bias.causal_lower_right."""
+    grouped = k.shape[1] != q.shape[1]
+    if causal and lower_right and q.shape[-2] != k.shape[-2]:
+        from torch.nn.attention.bias import causal_lower_right
+
+        if grouped:  # (the mask's own dispatch takes no grouped heads: each K/V head repeated for its query heads)
+            k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
+        return _SDPA(q, k, v, attn_mask=causal_lower_right(q.shape[-2], k.shape[-2]))
+    return _SDPA(q, k, v, is_causal=bool(causal), enable_gqa=grouped)
+
+
+def sdpa_gradient(grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                  lower_right: bool = False):
     """dq, dk, dv: PyTorch's own backward of SDPA (its forward recomputed) at the op's inputs, K/V heads grouped
-    where k and v have fewer (the op runs this with autograd on)."""
+    where k and v have fewer, the causal mask aligned as ``sdpa`` aligns it (the op runs this with autograd on)."""
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-    out = _SDPA(*leaves, is_causal=bool(causal), enable_gqa=k.shape[1] != q.shape[1])
-    return tuple(torch.autograd.grad(out, leaves, grad))
+    return tuple(torch.autograd.grad(sdpa(*leaves, causal, lower_right), leaves, grad))
 
 
-def sdpa_gradient_fake(grad, q, k, v, causal):
+def sdpa_gradient_fake(grad, q, k, v, causal, lower_right=False):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)

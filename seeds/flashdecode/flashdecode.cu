@@ -13,7 +13,9 @@
 // a ticket per row tile) reduces into O.
 //
 // Knobs (macros): WARPS, KEYS_PER_WARP, STAGES, COMBINE. The split count is chosen at launch (runtime.py).
-// Causal: PyTorch SDPA's is_causal, whose mask is aligned to the top left: query token i sees keys 0..i.
+// Causal (Problem::causal): 1, PyTorch SDPA's is_causal, whose mask is aligned to the top left: query token i sees
+// keys 0..i; 2, aligned to the lower right (the queries are the last Q of the KV positions, as in chunked prefill):
+// query token i sees keys 0..KV - Q + i.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -97,7 +99,7 @@ __device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\
 template <int N> __device__ __forceinline__ void wait_groups() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
 
 struct Problem {
-    int batch, heads, group, queries, keys, causal, split_keys, splits, row_tiles;
+    int batch, heads, group, queries, keys, causal, split_keys, splits, row_tiles;  // causal: 0, 1 or 2 (above)
     float scale_log2;  // log2(e) / sqrt(D)
 };
 
@@ -138,6 +140,7 @@ __device__ __forceinline__ void decode_split(const T* __restrict__ q, const T* _
     for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 
     const int step = WARPS * KEYS_PER_WARP;
+    const int causal_shift = p.causal == 2 ? p.keys - p.queries : 0;  // the lower-right mask's offset
     const int tiles = (end - begin + step - 1) / step;  // the same count for every warp; late tiles may be empty
     #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
@@ -189,7 +192,8 @@ __device__ __forceinline__ void decode_split(const T* __restrict__ q, const T* _
                 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int key = first + n * 8 + 2 * t + (e & 1), half_tile = e >> 1;
-                    const bool seen = key < end && row_query[half_tile] >= 0 && (!p.causal || key <= row_query[half_tile]);
+                    const bool seen = key < end && row_query[half_tile] >= 0 &&
+                                      (!p.causal || key <= row_query[half_tile] + causal_shift);
                     s[n][e] = seen ? s[n][e] * p.scale_log2 : -INFINITY;
                     most[half_tile] = fmaxf(most[half_tile], s[n][e]);
                 }

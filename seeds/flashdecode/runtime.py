@@ -4,7 +4,8 @@ count, the workspace of the splits' partial results), and the exported op's publ
 Standalone (torch, cuda.bindings and evo's runtime package; never the rest of evo): the family runs its kernels
 through this module, and `evo export` ships it beside the op as evo_family.py (with evo_runtime/), so the package
 launches them exactly as the search timed them. ``dims``: b, h, h_kv, q (query tokens a sequence), kv (keys
-a sequence), d, causal, bf16; ``genome`` a dict of knobs.
+a sequence), d, causal (SDPA's is_causal, aligned to the top left), lower_right (with causal: the mask aligned to
+the lower right instead), bf16; ``genome`` a dict of knobs.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from typing import Mapping
 import torch
 
 if __package__:  # evo.seeds.flashdecode.runtime, inside evo
-    from evo.runtime.attention import GRADIENT_SCHEMA, sdpa_gradient, sdpa_gradient_fake
+    from evo.runtime.attention import ALIGNED_GRADIENT_SCHEMA, sdpa, sdpa_gradient, sdpa_gradient_fake
     from evo.runtime.cuda import CudaModule, PreparedLaunch, current_stream, multiprocessors, require_capability
 else:  # an exported package's evo_family.py, with evo_runtime/ beside it
-    from evo_runtime.attention import GRADIENT_SCHEMA, sdpa_gradient, sdpa_gradient_fake
+    from evo_runtime.attention import ALIGNED_GRADIENT_SCHEMA, sdpa, sdpa_gradient, sdpa_gradient_fake
     from evo_runtime.cuda import CudaModule, PreparedLaunch, current_stream, multiprocessors, require_capability
 
 DEVICE = "cuda"
@@ -33,13 +34,18 @@ and accumulation, for an sm_90a GPU (decode, speculative decode, cross-attention
     import __OP_NAME__ as k
     o = k.attention(q, k_cache, v_cache, causal=False)  # q [B, H, Q, D], k_cache and v_cache [B, H_kv, KV, D]
                                                        # (H a multiple of H_kv), fp16 or bf16 CUDA tensors, D 64 or 128
-    o = torch.ops.evo.__OP_NAME__(q, k_cache, v_cache, False)   # the custom op itself
+    o = k.attention(q, k_cache, v_cache, causal="lower_right")  # a prefill chunk: the last Q of KV positions
+    o = torch.ops.evo.__OP_NAME__(q, k_cache, v_cache, False, False)   # the custom op itself (causal, lower_right)
 
-causal is SDPA's is_causal (aligned to the top left: query token i sees keys 0..i). What the kernels do not take
+causal=True is SDPA's is_causal (aligned to the top left: query token i sees keys 0..i); causal="lower_right" aligns
+the mask to the lower right (query token i sees keys 0..KV - Q + i), as chunked prefill and speculative decoding
+need and as torch.nn.attention.bias.causal_lower_right does. What the kernels do not take
 (fp32, other head dimensions, CPU tensors) runs PyTorch's SDPA, with its results. Gradients: PyTorch's backward of
 SDPA."""
 PUBLIC = "attention"
-SCHEMA = "(Tensor q, Tensor k, Tensor v, bool causal) -> Tensor"
+SCHEMA = "(Tensor q, Tensor k, Tensor v, bool causal, bool lower_right=False) -> Tensor"
+GRADIENT_SCHEMA = ALIGNED_GRADIENT_SCHEMA
+CAUSAL_ARGUMENTS = (False, True, "top_left", "lower_right")  # what the public function's causal may be
 
 
 def _dtype(dims: Mapping) -> torch.dtype:
@@ -59,7 +65,7 @@ def make_output(dims: Mapping) -> torch.Tensor:
 
 def reference(dims: Mapping, inputs) -> torch.Tensor:
     """fp32, one sequence at a time (a long cache in fp32 for the whole batch would not fit): the query heads of
-    each K/V head as rows against its keys, SDPA's top-left causal mask."""
+    each K/V head as rows against its keys, the causal mask aligned to the top left (SDPA's) or the lower right."""
     q, k, v = inputs
     b, h, queries, d = q.shape
     h_kv, keys = k.shape[1], k.shape[2]
@@ -67,7 +73,8 @@ def reference(dims: Mapping, inputs) -> torch.Tensor:
     out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     mask = None
     if dims["causal"]:
-        mask = torch.ones(queries, keys, dtype=torch.bool, device=q.device).tril().repeat(group, 1)
+        shift = keys - queries if dims.get("lower_right") else 0
+        mask = torch.ones(queries, keys, dtype=torch.bool, device=q.device).tril(shift).repeat(group, 1)
     for i in range(b):
         rows = q[i].float().reshape(h_kv, group * queries, d)
         scores = torch.matmul(rows, k[i].float().transpose(1, 2)) / math.sqrt(d)
@@ -78,9 +85,7 @@ def reference(dims: Mapping, inputs) -> torch.Tensor:
 
 
 def _sdpa(dims: Mapping, q, k, v) -> torch.Tensor:
-    grouped = k.shape[1] != q.shape[1]
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(dims["causal"]),
-                                                            **({"enable_gqa": True} if grouped else {}))
+    return sdpa(q, k, v, bool(dims["causal"]), bool(dims.get("lower_right")))
 
 
 def anchor(dims: Mapping, inputs) -> torch.Tensor:
@@ -104,7 +109,9 @@ OTHER_ANCHORS = {"torch SDPA FLASH_ATTENTION backend": _backend("FLASH_ATTENTION
 
 
 def takes(genome: Mapping, dims: Mapping) -> bool:
-    return dims["d"] in HEAD_DIMS and min(dims["q"], dims["kv"], dims["b"], dims["h"]) > 0 and dims["h"] % dims["h_kv"] == 0
+    """What the kernels compute: a mask aligned to the lower right needs no fewer keys than queries."""
+    return (dims["d"] in HEAD_DIMS and min(dims["q"], dims["kv"], dims["b"], dims["h"]) > 0
+            and dims["h"] % dims["h_kv"] == 0 and not (dims.get("lower_right") and dims["kv"] < dims["q"]))
 
 
 def shared_bytes(genome: Mapping, d: int) -> int:
@@ -186,7 +193,8 @@ def _prepare(kernels, g: Mapping, dims: Mapping, device: torch.device):
         resident = split.blocks_per_sm(g["warps"] * 32, smem) * multiprocessors()
         keys, splits = split_keys(g, dims, resident)
     tiles, rows_total = row_tiles(dims), b * h * queries
-    problem = Problem(b, h, h // h_kv, queries, dims["kv"], int(dims["causal"]), keys, splits, tiles,
+    causal = 2 if dims.get("lower_right") else int(dims["causal"])  # (flashdecode.cu's Problem::causal)
+    problem = Problem(b, h, h // h_kv, queries, dims["kv"], causal, keys, splits, tiles,
                       math.log2(math.e) / math.sqrt(d))
     split_launch = PreparedLaunch(split, (splits, h_kv * tiles, b), (g["warps"] * 32,),
                                   [*(ctypes.c_void_p() for _ in range(7)), problem], smem)
@@ -221,11 +229,9 @@ def _prepare(kernels, g: Mapping, dims: Mapping, device: torch.device):
     return run
 
 
-_SDPA = torch.nn.functional.scaled_dot_product_attention  # PyTorch's, kept before any patching
-
-
-def _kernels_may_take(q, k, v) -> bool:
-    """CUDA fp16/bf16 [B, H, Q, D] against [B, H_kv, KV, D] (H a multiple of H_kv), D 64 or 128, one device."""
+def _kernels_may_take(q, k, v, lower_right: bool = False) -> bool:
+    """CUDA fp16/bf16 [B, H, Q, D] against [B, H_kv, KV, D] (H a multiple of H_kv), D 64 or 128, one device; a mask
+    aligned to the lower right with no fewer keys than queries (else a query would see none)."""
     tensors = (q, k, v)
     if not all(isinstance(t, torch.Tensor) and t.is_cuda and t.dim() == 4 for t in tensors):
         return False
@@ -234,43 +240,45 @@ def _kernels_may_take(q, k, v) -> bool:
     b, h, queries, d = q.shape
     if k.shape != v.shape or k.shape[0] != b or k.shape[3] != d or d not in HEAD_DIMS or not (k.device == q.device == v.device):
         return False
-    return min(b, h, queries, k.shape[1], k.shape[2]) > 0 and h % k.shape[1] == 0
+    return (min(b, h, queries, k.shape[1], k.shape[2]) > 0 and h % k.shape[1] == 0
+            and not (lower_right and k.shape[2] < queries))
 
 
-def attention(op, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
+def attention(op, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | str = False) -> torch.Tensor:
     """softmax(q k^T / sqrt(D)) v for q [B, H, Q, D] over k, v [B, H_kv, KV, D] (grouped K/V heads where
-    H_kv < H; causal: SDPA's is_causal): the evolved kernel measured fastest for this shape, or PyTorch's SDPA
-    (where none is, and for what no kernel takes). A plain eager call of a signature seen before runs what it
-    ran then, its launch prepared (the host's cost of a decode step counts)."""
-    causal = bool(causal)
-    signature = op.signature((q, k, v), causal)
+    H_kv < H; causal: False, True (SDPA's is_causal, aligned to the top left) or "lower_right"): the evolved kernel
+    measured fastest for this shape, or PyTorch's SDPA (where none is, and for what no kernel takes). A plain
+    eager call of a signature seen before runs what it ran then, its launch prepared (the host's cost of a decode
+    step counts)."""
+    if causal not in CAUSAL_ARGUMENTS:
+        raise ValueError(f"causal must be False, True, 'top_left' or 'lower_right', not {causal!r}")
+    causal, lower_right = bool(causal), causal == "lower_right"
+    signature = op.signature((q, k, v), causal, lower_right)
     if signature is not None:
         fast = op.fast(signature)
         if fast is not None:
             return fast(q, k, v)
-    grouped = k.dim() == 4 and q.dim() == 4 and k.shape[1] != q.shape[1]
-    if _kernels_may_take(q, k, v):
-        out = op(q, k, v, causal)
+    if _kernels_may_take(q, k, v, lower_right):
+        out = op(q, k, v, causal, lower_right)
         if signature is not None:
-            _remember(op, signature, q, k, v, causal)
+            _remember(op, signature, q, k, v, causal, lower_right)
         return out
     if signature is not None:
-        op.remember(signature, lambda q, k, v: _SDPA(q, k, v, is_causal=causal, enable_gqa=grouped))
-    return _SDPA(q, k, v, is_causal=causal, enable_gqa=grouped)
+        op.remember(signature, lambda q, k, v: sdpa(q, k, v, causal, lower_right))
+    return sdpa(q, k, v, causal, lower_right)
 
 
-def _remember(op, signature, q, k, v, causal: bool) -> None:
+def _remember(op, signature, q, k, v, causal: bool, lower_right: bool) -> None:
     """After a plain call's full path: what its signature runs from now on, where its choice is final."""
-    dims = _dims(q, k, causal)
+    dims = _dims(q, k, causal, lower_right)
     decided = op.decided(dims, q.device)
     if decided is None:  # not final: no measurement could be made
         return
-    grouped = k.shape[1] != q.shape[1]
     if decided[0] is None:
-        op.remember(signature, lambda q, k, v: _SDPA(q, k, v, is_causal=causal, enable_gqa=grouped))
+        op.remember(signature, lambda q, k, v: sdpa(q, k, v, causal, lower_right))
         return
     if not all(t.is_contiguous() for t in (q, k, v)):
-        op.remember(signature, lambda q, k, v: op(q, k, v, causal))
+        op.remember(signature, lambda q, k, v: op(q, k, v, causal, lower_right))
         return
     with torch.cuda.device(q.device):
         run, device = prepared(op.loaded(decided[0]), dims, q.device), q.device
@@ -288,25 +296,26 @@ def _remember(op, signature, q, k, v, causal: bool) -> None:
     op.remember(signature, call)
 
 
-def _dims(q: torch.Tensor, k: torch.Tensor, causal: bool) -> dict:
+def _dims(q: torch.Tensor, k: torch.Tensor, causal: bool, lower_right: bool = False) -> dict:
     b, h, queries, d = q.shape
     return dict(b=b, h=h, h_kv=k.shape[1], q=queries, kv=k.shape[2], d=d, causal=int(bool(causal)),
-                bf16=int(q.dtype == torch.bfloat16))
+                lower_right=int(bool(causal and lower_right)), bf16=int(q.dtype == torch.bfloat16))
 
 
-def compute(op, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+def compute(op, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+            lower_right: bool = False) -> torch.Tensor:
     """The custom op's body: the chosen kernel, or PyTorch's SDPA."""
-    dims = _dims(q, k, causal)
+    dims = _dims(q, k, causal, lower_right)
     kernel, _ = op.choose(dims, q.device) if q.is_cuda else (None, "not on a GPU")
     if kernel is None:
-        return _SDPA(q, k, v, is_causal=bool(causal), enable_gqa=k.shape[1] != q.shape[1]).contiguous()
+        return sdpa(q, k, v, causal, lower_right).contiguous()
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     with torch.cuda.device(q.device):
         op.launch_kernel(kernel, dims, (q, k, v), out)
     return out
 
 
-def fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+def fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, lower_right: bool = False) -> torch.Tensor:
     return torch.empty(q.shape, dtype=q.dtype, device=q.device)
 
 
@@ -326,4 +335,4 @@ def verify_dims(dims: Mapping) -> dict:
 
 
 def call_with(op, dims: Mapping, inputs) -> torch.Tensor:
-    return attention(op, *inputs, bool(dims["causal"]))
+    return attention(op, *inputs, "lower_right" if dims.get("lower_right") else bool(dims["causal"]))

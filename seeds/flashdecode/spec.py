@@ -46,9 +46,12 @@ SEED = SPACE.genome(dict(warps=4, keys_per_warp=32, stages=2, split_waves=1, min
 
 
 def decode_shape(name: str, b: int, h: int, h_kv: int, kv: int, *, q: int = 1, d: int = 128, causal: bool = False,
-                 bf16: bool = True, mission: bool = False):
-    """B sequences of Q query tokens, H query heads over H_kv K/V heads of KV cached keys, head dimension D."""
-    return shape(name, b=b, h=h, h_kv=h_kv, q=q, kv=kv, d=d, causal=int(causal), bf16=int(bf16), mission=mission)
+                 lower_right: bool = False, bf16: bool = True, mission: bool = False):
+    """B sequences of Q query tokens, H query heads over H_kv K/V heads of KV cached keys, head dimension D; causal
+    aligned to the top left (SDPA's is_causal) or, with lower_right, to the lower right (the Q queries are the last
+    of the KV positions, as in chunked prefill)."""
+    return shape(name, b=b, h=h, h_kv=h_kv, q=q, kv=kv, d=d, causal=int(causal or lower_right),
+                 lower_right=int(lower_right), bf16=int(bf16), mission=mission)
 
 
 def _decode(name: str, b: int, h: int, h_kv: int, kv: int, **more):
@@ -74,6 +77,20 @@ WORKLOADS = (workload("decode", "bf16 decode against a K/V cache in serving: Lla
     _decode("qwen2_7b_b4_kv32k", 4, kv=32768, **QWEN2_7B),
     _decode("llama3_8b_b1_q4_kv4k", 1, kv=4096, q=4, **LLAMA3_8B), _decode("llama3_8b_b8_q4_kv8k", 8, kv=8192, q=4, **LLAMA3_8B),
     _decode("llama3_8b_b1_q16_kv8k", 1, kv=8192, q=16, **LLAMA3_8B),
+]), workload("chunked_prefill", "bf16 mixed chunked prefill in serving: prompt chunks of 128-512 tokens against the cache "
+             "before them and themselves (causal, aligned to the lower right: kv counts the chunk), speculative "
+             "drafts of 4 tokens likewise, and the batch's decode steps beside them; Llama-3-8B (32 / 8 heads), "
+             "Qwen2-7B (28 / 4), Llama-3-70B's slice at tensor parallel 8 (8 / 1), D 128; every shape weighs 1", [
+    _decode("llama3_8b_chunk256_kv2k", 1, kv=2048, q=256, lower_right=True, **LLAMA3_8B),
+    _decode("llama3_8b_chunk512_kv4k", 1, kv=4096, q=512, lower_right=True, **LLAMA3_8B),
+    _decode("llama3_8b_chunk512_kv16k", 1, kv=16384, q=512, lower_right=True, **LLAMA3_8B),
+    _decode("llama3_8b_b4_chunk128_kv8k", 4, kv=8192, q=128, lower_right=True, **LLAMA3_8B),
+    _decode("qwen2_7b_chunk512_kv8k", 1, kv=8192, q=512, lower_right=True, **QWEN2_7B),
+    _decode("llama3_70b_tp8_chunk512_kv8k", 1, kv=8192, q=512, lower_right=True, **LLAMA3_70B_TP8),
+    _decode("llama3_70b_tp8_chunk256_kv32k", 1, kv=32768, q=256, lower_right=True, **LLAMA3_70B_TP8),
+    _decode("llama3_8b_b8_draft4_kv4k", 8, kv=4096, q=4, lower_right=True, **LLAMA3_8B),
+    _decode("llama3_8b_b16_decode_kv4k", 16, kv=4096, **LLAMA3_8B),
+    _decode("qwen2_7b_b16_decode_kv8k", 16, kv=8192, **QWEN2_7B),
 ]),)
 
 
@@ -92,9 +109,10 @@ class FlashDecode(RuntimeFamily):
         decode_shape("causal_q4", 1, 8, 2, 777, q=4, causal=True),
         decode_shape("long", 1, 8, 1, 16384),
         decode_shape("rows_35", 1, 28, 4, 3001, q=5),
+        decode_shape("chunk_lower_right", 1, 8, 2, 1000, q=40, lower_right=True),
     )
     workloads = WORKLOADS
-    flag_dims = ("causal", "bf16")
+    flag_dims = ("causal", "lower_right", "bf16")
     categorical_dims = ("d",)  # one kernel of the cubin per head dimension
     tolerance = Tolerance(max_abs=0.03, max_rel_l2=1e-2)  # fp16/bf16 output of fp32 softmax and accumulation
     anchor_name = "torch SDPA (its default backend for the call)"
@@ -113,10 +131,16 @@ class FlashDecode(RuntimeFamily):
             raise ValueError(f"flashdecode handles head dimension {flashdecode_runtime.HEAD_DIMS}, not {shape['d']}")
         if shape["h"] % shape["h_kv"]:
             raise ValueError(f"the query heads h = {shape['h']} must be a multiple of the K/V heads h_kv = {shape['h_kv']}")
+        if shape["lower_right"] and not shape["causal"]:
+            raise ValueError("lower_right aligns the causal mask to the lower right: it needs causal = 1")
+        if shape["lower_right"] and shape["kv"] < shape["q"]:
+            raise ValueError(f"a causal mask aligned to the lower right needs kv >= q (else a query sees no key), "
+                             f"not kv = {shape['kv']} < q = {shape['q']}")
 
     def dimension_defaults(self, dims: Mapping[str, int]) -> dict[str, int]:
-        """A workload file may leave out h_kv (the query heads h: no grouping), q (1), causal (0) and bf16 (1)."""
-        return {"h_kv": dims.get("h", 1), "q": 1, "causal": 0, "bf16": 1}
+        """A workload file may leave out h_kv (the query heads h: no grouping), q (1), causal (0), lower_right (0) and
+        bf16 (1)."""
+        return {"h_kv": dims.get("h", 1), "q": 1, "causal": 0, "lower_right": 0, "bf16": 1}
 
     def flops(self, shape: ProblemShape) -> float:
         return 4.0 * shape["b"] * shape["h"] * shape["q"] * shape["kv"] * shape["d"]
