@@ -108,10 +108,14 @@ def _backend(name: str):
 OTHER_ANCHORS = {"torch SDPA FLASH_ATTENTION backend": _backend("FLASH_ATTENTION")}
 
 
+def every_query_sees_a_key(queries: int, keys: int, lower_right: bool) -> bool:
+    """A causal mask aligned to the lower right leaves a query no key where there are fewer keys than queries."""
+    return not lower_right or keys >= queries
+
+
 def takes(genome: Mapping, dims: Mapping) -> bool:
-    """What the kernels compute: a mask aligned to the lower right needs no fewer keys than queries."""
     return (dims["d"] in HEAD_DIMS and min(dims["q"], dims["kv"], dims["b"], dims["h"]) > 0
-            and dims["h"] % dims["h_kv"] == 0 and not (dims.get("lower_right") and dims["kv"] < dims["q"]))
+            and dims["h"] % dims["h_kv"] == 0 and every_query_sees_a_key(dims["q"], dims["kv"], dims.get("lower_right")))
 
 
 def shared_bytes(genome: Mapping, d: int) -> int:
@@ -241,7 +245,7 @@ def _kernels_may_take(q, k, v, lower_right: bool = False) -> bool:
     if k.shape != v.shape or k.shape[0] != b or k.shape[3] != d or d not in HEAD_DIMS or not (k.device == q.device == v.device):
         return False
     return (min(b, h, queries, k.shape[1], k.shape[2]) > 0 and h % k.shape[1] == 0
-            and not (lower_right and k.shape[2] < queries))
+            and every_query_sees_a_key(queries, k.shape[2], lower_right))
 
 
 def attention(op, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | str = False) -> torch.Tensor:

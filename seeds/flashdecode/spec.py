@@ -133,7 +133,7 @@ class FlashDecode(RuntimeFamily):
             raise ValueError(f"the query heads h = {shape['h']} must be a multiple of the K/V heads h_kv = {shape['h_kv']}")
         if shape["lower_right"] and not shape["causal"]:
             raise ValueError("lower_right aligns the causal mask to the lower right: it needs causal = 1")
-        if shape["lower_right"] and shape["kv"] < shape["q"]:
+        if not flashdecode_runtime.every_query_sees_a_key(shape["q"], shape["kv"], shape["lower_right"]):
             raise ValueError(f"a causal mask aligned to the lower right needs kv >= q (else a query sees no key), "
                              f"not kv = {shape['kv']} < q = {shape['q']}")
 

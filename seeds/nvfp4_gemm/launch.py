@@ -40,10 +40,15 @@ def shared_bytes(g) -> int:
     return packed + (2 * g["block_m"] * g["block_k"] * 2 + 1024 if g["mma"] == "wgmma_swapped" else 0)
 
 
+def skinny_tma_rings(g) -> bool:
+    """Whether a skinny genome's rings are filled by TMA boxes (in dynamic shared memory, read through tensor maps)."""
+    return g.get("design") == "skinny" and g["skinny_stages"] > 1 and g.get("skinny_ring_fill") == "tma_boxes"
+
+
 def skinny_dynamic_bytes(g) -> int:
-    """Dynamic shared memory of a skinny block: with rings filled by TMA boxes (skinny_stages > 1) each warp's ring
-    and its stages' mbarriers; mirrors SKINNY_DYNAMIC_BYTES in nvfp4_skinny_rings.cuh."""
-    if g.get("design") != "skinny" or g["skinny_stages"] == 1 or g.get("skinny_ring_fill") != "tma_boxes":
+    """Dynamic shared memory of a skinny block: with rings filled by TMA boxes each warp's ring and its stages'
+    mbarriers; mirrors SKINNY_DYNAMIC_BYTES in nvfp4_skinny_rings.cuh."""
+    if not skinny_tma_rings(g):
         return 0
     chunks = g["skinny_stage_chunks"]
     stage = chunks * (16 * 64 + 16 * 8)  # b's 16 rows and their scales
@@ -122,9 +127,10 @@ class Launcher:
         # only the design's own kernel is loaded and sized: the module was built from the canonical genome, whose
         # other design's knobs are held (genomes stored before the skinny design are tile genomes)
         self.skinny = self.gemm = None
+        self.skinny_shared = skinny_dynamic_bytes(self.genome)  # (0 for a tile genome)
         if self.genome.get("design") == "skinny":
-            self.skinny = module.sized_kernel("nvfp4_skinny", "nvfp4_skinny_shared_bytes",
-                                              skinny_dynamic_bytes(self.genome), "nvfp4_skinny_rings.cuh")
+            self.skinny = module.sized_kernel("nvfp4_skinny", "nvfp4_skinny_shared_bytes", self.skinny_shared,
+                                              "nvfp4_skinny_rings.cuh")
         else:
             self.gemm = module.sized_kernel("nvfp4_gemm", "nvfp4_shared_bytes", shared_bytes(self.genome),
                                             "nvfp4_gemm.cu")
@@ -160,10 +166,10 @@ class Launcher:
         stream = current_stream()
         dims = (l, m, s["n"], k, int(s["blocked"]), stream)
         if self.skinny is not None:  # with skinny_a_prepass a's fp16 copy first; a K split's workspace
-            prepass, boxes = g["skinny_a_prepass"], g["skinny_stages"] > 1 and g.get("skinny_ring_fill") == "tma_boxes"
+            prepass = g["skinny_a_prepass"]
             if prepass:
                 a = self._dequantize_a(s, dims, a, sfa)
-            block, dynamic = 32 * g["skinny_warps"], skinny_dynamic_bytes(g)
+            block, dynamic = 32 * g["skinny_warps"], self.skinny_shared
             if "slots" not in self.kept:
                 self.kept["slots"] = multiprocessors() * self.skinny.blocks_per_sm(block, dynamic)
             split = skinny_splits(g, s, self.kept["slots"])
@@ -172,7 +178,7 @@ class Launcher:
             records, tickets = ticketed_workspace(self.kept, ("skinny", dims), x * y * z * split * outputs if split > 1
                                                   else 0, x * y * z if split > 1 else 0, a.device)
             maps = (TensorMapBytes(), TensorMapBytes())  # read only with skinny_ring_fill == tma_boxes
-            if boxes:  # b's 16 rows of a stage's chunks; with the prepass a's fp16 rows (as 4-byte words) too
+            if skinny_tma_rings(g):  # b's 16 rows of a stage's chunks; with the prepass a's fp16 rows (4-byte words) too
                 key = (a.data_ptr(), b.data_ptr(), dims)
                 if self.kept.get(("skinny_maps", stream), (None,))[0] != key:
                     chunks = g["skinny_stage_chunks"]
