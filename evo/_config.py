@@ -113,6 +113,10 @@ class SearchConfig:
         """What ``get_family`` takes: the family, retargeted to ``mission`` when one is set."""
         return self.family if self.mission is None else f"{self.family}@{self.mission}"
 
+    def with_strategy_of(self, family) -> "SearchConfig":
+        """This config, its strategy the family's own (``default_strategy``) where it names none."""
+        return self if self.strategy is not None else dataclasses.replace(self, strategy=family.default_strategy)
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

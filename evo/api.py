@@ -78,8 +78,7 @@ def new_search(family, *, workload=None, workload_where: str = "the workload", d
         settings["time_budget_s"] = _seconds(settings.pop("time_budget"))
     config = SearchConfig(family=family, **settings)
     family = get_family(config.family_reference)
-    if config.strategy is None:  # none named: the family's own
-        config = dataclasses.replace(config, strategy=family.default_strategy)
+    config = config.with_strategy_of(family)
     if workload is not None:
         if isinstance(workload, str):
             workload = resolve_workload(family, workload)

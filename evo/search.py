@@ -42,9 +42,7 @@ class Reporter(Protocol):
 class Search:
     def __init__(self, config: SearchConfig, store: Store, reporter: Reporter, *, ray_address: str | None = None):
         self.family = get_family(config.family_reference)
-        if config.strategy is None:  # none named: the family's own
-            config = dataclasses.replace(config, strategy=self.family.default_strategy)
-        self.config = config
+        self.config = config = config.with_strategy_of(self.family)
         self.store = store
         self.reporter = reporter
         self.ray_address = ray_address

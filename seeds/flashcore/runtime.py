@@ -18,12 +18,12 @@ from typing import Mapping
 import torch
 
 if __package__:  # seeds.flashcore.runtime, inside evo
-    from evo.runtime.attention import GRADIENT_SCHEMA, sdpa_gradient, sdpa_gradient_fake
+    from evo.runtime.attention import GRADIENT_SCHEMA, sdpa, sdpa_gradient, sdpa_gradient_fake
     from evo.runtime.cuda import (CudaModule, MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, mappable,
                              require_capability, tensor_map, ticketed_workspace)
     from evo.seeds.flashcore import dropin, plan
 else:  # an exported package's evo_family.py, with the files it imports beside it
-    from evo_runtime.attention import GRADIENT_SCHEMA, sdpa_gradient, sdpa_gradient_fake
+    from evo_runtime.attention import GRADIENT_SCHEMA, sdpa, sdpa_gradient, sdpa_gradient_fake
     import flashcore_dropin as dropin
     import flashcore_plan as plan
     from evo_runtime.cuda import (CudaModule, MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, mappable,
@@ -267,8 +267,7 @@ def _remember(op, signature, q, k, v, causal: bool) -> None:
     if decided is None:  # not final: no measurement could be made
         return
     if decided[0] is None:
-        grouped = k.shape[1] != q.shape[1]
-        op.remember(signature, lambda q, k, v: _SDPA(q, k, v, is_causal=causal, enable_gqa=grouped))
+        op.remember(signature, lambda q, k, v: sdpa(q, k, v, causal))
         return
     with torch.cuda.device(q.device):
         template = torch.empty_like(q)
@@ -313,7 +312,7 @@ def compute(op, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool)
     kernel, _ = op.choose(dims, q.device) if q.is_cuda else (None, "not on a GPU")
     out = torch.empty_like(q)
     if kernel is None:
-        result = _SDPA(q, k, v, is_causal=bool(causal), enable_gqa=k.shape[1] != q.shape[1])
+        result = sdpa(q, k, v, causal)
         return result if result.stride() == out.stride() else out.copy_(result)
     if q.device.index != torch.cuda.current_device():
         with torch.cuda.device(q.device):
