@@ -32,7 +32,7 @@ def test_the_reference_is_sdpa_s_attention_with_grouped_heads_and_its_top_left_c
 
 def test_a_mask_aligned_to_the_lower_right_is_torch_s_causal_lower_right():
     """The reference and the op's PyTorch computation (evo.runtime.attention.sdpa) with lower_right: query token i
-    sees keys 0..KV - Q + i, as torch.nn.attention.bias.causal_lower_right says (K/V heads repeated for it)."""
+    sees keys 0..KV - Q + i, as torch.nn.attention.bias.causal_lower_right says (checked over K/V heads repeated)."""
     from torch.nn.attention.bias import causal_lower_right
 
     from evo.runtime.attention import sdpa
@@ -164,3 +164,27 @@ def test_the_seed_and_each_combine_are_right_on_every_shape(cache_dir):
                 reference = FAMILY.reference(shape, inputs)
                 assert not out.isnan().any(), (combine, shape.name)
                 assert (out.float() - reference).abs().max().item() <= FAMILY.tolerance.max_abs, (combine, shape.name)
+
+
+@pytest.mark.gpu
+def test_pytorch_s_lower_right_attention_takes_grouped_heads_on_the_gpu():
+    """On the GPU the anchor and the op's PyTorch path (evo.runtime.attention.sdpa) pass grouped K/V heads to the
+    lower-right mask's own dispatch (flash attention, no K/V copies): outputs and gradients match the fp32
+    reference and SDPA over K/V heads repeated."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    from evo.runtime.attention import sdpa, sdpa_gradient
+
+    dims = dict(b=2, h=8, h_kv=2, q=40, kv=1000, d=128, causal=1, lower_right=1, bf16=1)
+    q, k, v = _inputs(dims, device="cuda", dtype=torch.bfloat16)
+    out = sdpa(q, k, v, True, True)
+    assert (out.float() - RUNTIME.reference(dims, (q, k, v))).abs().max().item() <= FAMILY.tolerance.max_abs
+    repeated = [t.repeat_interleave(4, dim=1).requires_grad_() for t in (k, v)]
+    leaf_q = q.clone().requires_grad_()
+    grad = torch.randn_like(out)
+    expected = torch.nn.functional.scaled_dot_product_attention(leaf_q, *repeated, attn_mask=causal_lower_right(40, 1000))
+    expected.backward(grad)
+    dq, dk, dv = sdpa_gradient(grad, q, k, v, True, True)
+    summed = [t.grad.unflatten(1, (2, 4)).sum(2) for t in repeated]  # a K/V head's gradient: its query heads' sum
+    for mine, theirs in zip((dq, dk, dv), (leaf_q.grad, *summed)):
+        assert (mine.float() - theirs.float()).abs().max().item() <= 0.05

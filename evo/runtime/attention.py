@@ -23,9 +23,8 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, lower_
     if causal and lower_right and q.shape[-2] != k.shape[-2]:
         from torch.nn.attention.bias import causal_lower_right
 
-        if grouped:  # (the mask's own dispatch takes no grouped heads: each K/V head repeated for its query heads)
-            k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
-        return _SDPA(q, k, v, attn_mask=causal_lower_right(q.shape[-2], k.shape[-2]))
+        # (the mask's own dispatch takes grouped heads: flash attention reads each K/V head once, no copies)
+        return _SDPA(q, k, v, attn_mask=causal_lower_right(q.shape[-2], k.shape[-2]), enable_gqa=grouped)
     return _SDPA(q, k, v, is_causal=bool(causal), enable_gqa=grouped)
 
 
