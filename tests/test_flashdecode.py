@@ -188,3 +188,36 @@ def test_pytorch_s_lower_right_attention_takes_grouped_heads_on_the_gpu():
     summed = [t.grad.unflatten(1, (2, 4)).sum(2) for t in repeated]  # a K/V head's gradient: its query heads' sum
     for mine, theirs in zip((dq, dk, dv), (leaf_q.grad, *summed)):
         assert (mine.float() - theirs.float()).abs().max().item() <= 0.05
+
+
+@pytest.mark.gpu
+def test_the_exported_op_s_eager_calls_run_the_prepared_launch(tmp_path):
+    """The exported op, the kernel forced: a plain eager call's second and third runs go straight to the prepared
+    launch (the fast path remembered after the first), right against the fp32 reference each time, for SDPA's
+    causal mask and the lower-right one; K/V views take the full path, also right."""
+    from tests.exporting import export_stored, recorded_pass, run_standalone
+
+    seed = FAMILY.seed_genomes[0]
+    out = export_stored(FAMILY, seed, recorded_pass(seed, FAMILY.shapes), tmp_path)
+    run_standalone(f"""
+        import os, torch
+        os.environ["EVO_OP_CACHE"] = {str(tmp_path / "decisions")!r}
+        F = torch.nn.functional
+        import flashdecode_{seed.id} as k
+        from torch.nn.attention.bias import causal_lower_right
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q = torch.randn(2, 8, 4, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+        kk, v = (torch.randn(2, 2, 1500, 128, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        r = lambda t: t.float().repeat_interleave(4, dim=1)
+        for causal, mask in ((True, dict(is_causal=True)), ("lower_right", dict(attn_mask=causal_lower_right(4, 1500)))):
+            reference = F.scaled_dot_product_attention(q.float(), r(kk), r(v), **mask)
+            with k.OP.forcing({seed.id!r}):
+                views = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in (kk, v)]  # [B, S, H, D] storage
+                for operands in ((kk, v), views):
+                    remembered = len(k.OP._fast)
+                    for call in range(3):  # the first remembers what its signature runs; the others run that
+                        o = k.attention(q, *operands, causal=causal)
+                        assert (o.float() - reference).abs().max() < 0.02, (causal, call)
+                        assert len(k.OP._fast) == remembered + 1, (causal, call)
+        print("fast path ok")
+        """, out, tmp_path, refusals=0)

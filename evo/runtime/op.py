@@ -177,6 +177,22 @@ class Op:
             self._fast.clear()
         self._fast[getattr(self._forced, "choice", False), signature] = run
 
+    def remember_choice(self, signature, dims: Mapping[str, int], device: torch.device, pytorch: Callable,
+                        full_path: Callable, kernel_call: Callable[[str], Callable | None]) -> None:
+        """After a plain call's full path: what its signature runs from now on, where the choice for ``dims`` on
+        ``device`` is final. PyTorch's choice runs ``pytorch``. A kernel's runs ``kernel_call(kernel_id)``, a
+        launch prepared once (made with ``device`` current), on that device whichever one is current; or
+        ``full_path`` where ``kernel_call`` gives None (operands whose layout the prepared launch does not take)."""
+        decided = self.decided(dims, device)
+        if decided is None:  # not final: no measurement could be made
+            return
+        if decided[0] is None:
+            self.remember(signature, pytorch)
+            return
+        with torch.cuda.device(device):
+            call = kernel_call(decided[0])
+        self.remember(signature, full_path if call is None else _on_device(device.index, call))
+
     def decided(self, dims: Mapping[str, int], device) -> tuple[str | None, str] | None:
         """The choice already made for ``dims`` on ``device`` (as ``choose`` was asked; the forced one while a
         choice is forced), None where none is final."""
@@ -350,3 +366,12 @@ class Op:
         return measured
 
 
+def _on_device(index: int, call: Callable) -> Callable:
+    """``call`` run with device ``index`` current (a prepared launch's stream and allocations are that device's)."""
+    def run(*args):
+        if torch.cuda.current_device() != index:
+            with torch.cuda.device(index):
+                return call(*args)
+        return call(*args)
+
+    return run

@@ -263,29 +263,23 @@ def scaled_dot_product_attention(op, query, key, value, attn_mask=None, dropout_
 def _remember(op, signature, q, k, v, causal: bool) -> None:
     """After a plain call's full path: what its signature runs from now on, where its choice is final."""
     dims = _dims(q, k, v, causal)
-    decided = op.decided(dims, q.device)
-    if decided is None:  # not final: no measurement could be made
-        return
-    if decided[0] is None:
-        op.remember(signature, lambda q, k, v: sdpa(q, k, v, causal))
-        return
-    with torch.cuda.device(q.device):
+
+    def kernel_call(kernel_id: str):
         template = torch.empty_like(q)
-        run = prepared(op.loaded(decided[0]), dims, q, k, v, template)
-    if run is None:  # the layout needs copies: the full path
-        op.remember(signature, lambda q, k, v: op(q, k, v, causal))
-        return
-    size, stride, dtype, device, index = template.shape, template.stride(), template.dtype, template.device, q.device.index
+        run = prepared(op.loaded(kernel_id), dims, q, k, v, template)
+        if run is None:  # the layout needs copies: the full path
+            return None
+        size, stride, dtype, device = template.shape, template.stride(), template.dtype, template.device
 
-    def call(q, k, v):
-        if torch.cuda.current_device() != index:
-            with torch.cuda.device(index):
-                return call(q, k, v)
-        out = torch.empty_strided(size, stride, dtype=dtype, device=device)
-        run(q, k, v, out)
-        return out
+        def call(q, k, v):
+            out = torch.empty_strided(size, stride, dtype=dtype, device=device)
+            run(q, k, v, out)
+            return out
 
-    op.remember(signature, call)
+        return call
+
+    op.remember_choice(signature, dims, q.device, lambda q, k, v: sdpa(q, k, v, causal),
+                       lambda q, k, v: op(q, k, v, causal), kernel_call)
 
 
 def attention(op, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:

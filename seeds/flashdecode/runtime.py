@@ -274,30 +274,22 @@ def attention(op, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
 
 def _remember(op, signature, q, k, v, causal: bool, lower_right: bool) -> None:
     """After a plain call's full path: what its signature runs from now on, where its choice is final."""
-    dims = _dims(q, k, causal, lower_right)
-    decided = op.decided(dims, q.device)
-    if decided is None:  # not final: no measurement could be made
-        return
-    if decided[0] is None:
-        op.remember(signature, lambda q, k, v: sdpa(q, k, v, causal, lower_right))
-        return
-    if not all(t.is_contiguous() for t in (q, k, v)):
-        op.remember(signature, lambda q, k, v: op(q, k, v, causal, lower_right))
-        return
-    with torch.cuda.device(q.device):
-        run, device = prepared(op.loaded(decided[0]), dims, q.device), q.device
-    index = device.index
+    dims, device = _dims(q, k, causal, lower_right), q.device
 
-    def call(q, k, v):
-        out = torch.empty(q.shape, dtype=q.dtype, device=device)
-        if torch.cuda.current_device() != index:
-            with torch.cuda.device(index):
-                run(q, k, v, out)
-        else:
+    def kernel_call(kernel_id: str):
+        if not all(t.is_contiguous() for t in (q, k, v)):  # views: the full path
+            return None
+        run = prepared(op.loaded(kernel_id), dims, device)
+
+        def call(q, k, v):
+            out = torch.empty(q.shape, dtype=q.dtype, device=device)
             run(q, k, v, out)
-        return out
+            return out
 
-    op.remember(signature, call)
+        return call
+
+    op.remember_choice(signature, dims, device, lambda q, k, v: sdpa(q, k, v, causal, lower_right),
+                       lambda q, k, v: op(q, k, v, causal, lower_right), kernel_call)
 
 
 def _dims(q: torch.Tensor, k: torch.Tensor, causal: bool, lower_right: bool = False) -> dict:

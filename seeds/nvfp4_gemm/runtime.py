@@ -151,34 +151,27 @@ def gemm(op, a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Ten
 
 def _remember(op, signature, dims: Mapping, a, b, sfa, sfb) -> None:
     """After a plain call's full path: what its signature runs from now on, where its choice is final."""
-    decided = op.decided(dims, a.device)
-    if decided is None:  # not final: no measurement could be made
-        return
-    blocked = bool(dims["blocked"])
-    if decided[0] is None:
-        op.remember(signature, lambda a, b, sfa, sfb: _pytorch(dims, a, b, sfa, sfb, blocked))
-        return
-    if not all(t.is_contiguous() for t in (a, b, sfa, sfb)):
-        op.remember(signature, lambda a, b, sfa, sfb: op(a, b, sfa, sfb, blocked))
-        return
-    with torch.cuda.device(a.device):
-        launcher = op.loaded(decided[0])
-    device, index, batched = a.device, a.device.index, a.dim() == 3
+    blocked, device, batched = bool(dims["blocked"]), a.device, a.dim() == 3
     shape = (dims["l"], dims["m"], dims["n"])
 
-    def call(a, b, sfa, sfb):
-        if torch.cuda.current_device() != index:
-            with torch.cuda.device(index):
-                return call(a, b, sfa, sfb)
-        c = torch.empty(shape, device=device, dtype=torch.float16)
-        if batched:
-            launcher.launch(dims, a, b, sfa, sfb, c)
-            return c
-        # 2-d operands: with a batch dimension (views), as _batched makes them
-        launcher.launch(dims, a.unsqueeze(0), b.unsqueeze(0), sfa.unsqueeze(0), sfb.unsqueeze(0), c)
-        return c[0]
+    def kernel_call(kernel_id: str):
+        if not all(t.is_contiguous() for t in (a, b, sfa, sfb)):  # views: the full path
+            return None
+        launcher = op.loaded(kernel_id)
 
-    op.remember(signature, call)
+        def call(a, b, sfa, sfb):
+            c = torch.empty(shape, device=device, dtype=torch.float16)
+            if batched:
+                launcher.launch(dims, a, b, sfa, sfb, c)
+                return c
+            # 2-d operands: with a batch dimension (views), as _batched makes them
+            launcher.launch(dims, a.unsqueeze(0), b.unsqueeze(0), sfa.unsqueeze(0), sfb.unsqueeze(0), c)
+            return c[0]
+
+        return call
+
+    op.remember_choice(signature, dims, device, lambda a, b, sfa, sfb: _pytorch(dims, a, b, sfa, sfb, blocked),
+                       lambda a, b, sfa, sfb: op(a, b, sfa, sfb, blocked), kernel_call)
 
 
 def compute(op, a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Tensor, blocked: bool) -> torch.Tensor:
