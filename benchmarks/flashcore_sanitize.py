@@ -39,7 +39,11 @@ if "--warp-specialized" in sys.argv:  # FlashAttention-3's design, fp16 and bf16
                "one consumer": WS_ONE_CONSUMER, "three consumers": WS_THREE_CONSUMERS}
     shapes = shapes + [attention_shape("gqa_bf16", 1, 8, 700, 128, causal=True, h_kv=2, bf16=True),
                        attention_shape("gqa_d64", 2, 4, 333, 64, h_kv=1, bf16=True),
-                       attention_shape("long_d128", 1, 2, 1100, 128, causal=True)]
+                       attention_shape("long_d128", 1, 2, 1100, 128, causal=True),
+                       # queries and keys apart: a chunk after a cache (lower right), SDPA's top left, cross-attention
+                       attention_shape("chunk_lower_right", 1, 8, 300, 128, h_kv=2, bf16=True, kv=1000, lower_right=True),
+                       attention_shape("queries_past_keys", 1, 2, 300, 128, causal=True, h_kv=1, bf16=True, kv=100),
+                       attention_shape("cross", 2, 4, 450, 64, kv=77)]
 if "--only" in sys.argv:  # --only NAME: the one design point of that name
     only = sys.argv[sys.argv.index("--only") + 1]
     genomes = {name: genome for name, genome in genomes.items() if name == only}

@@ -35,6 +35,16 @@ def test_sdpa_s_signature_and_semantics_on_the_cpu(package):
         for args, kwargs in cases:
             assert torch.equal(k.scaled_dot_product_attention(*args, **kwargs), F.scaled_dot_product_attention(*args, **kwargs))
         assert torch.equal(k.attention(q, *kv2, causal=True), F.scaled_dot_product_attention(q, *kv2, is_causal=True, enable_gqa=True))
+        # chunked prefill: the queries the last of the keys, through the public function and SDPA's own mask
+        from torch.nn.attention.bias import causal_lower_right, causal_upper_left
+        chunk = q[:, :, :7]
+        stock = F.scaled_dot_product_attention(chunk, *kv2, attn_mask=causal_lower_right(7, 20), enable_gqa=True)
+        assert torch.equal(k.attention(chunk, *kv2, causal="lower_right"), stock)
+        assert torch.equal(k.scaled_dot_product_attention(chunk, *kv2, attn_mask=causal_lower_right(7, 20), enable_gqa=True), stock)
+        assert torch.equal(k.scaled_dot_product_attention(chunk, *kv2, attn_mask=causal_upper_left(7, 20), enable_gqa=True),
+                           F.scaled_dot_product_attention(chunk, *kv2, is_causal=True, enable_gqa=True))
+        assert torch.equal(k.attention(q, kk, v, causal="lower_right"), F.scaled_dot_product_attention(q, kk, v, is_causal=True))
+        refuses(k.attention, (q, kk, v, "bottom_left"))
         with k.patched_sdpa():
             assert F.scaled_dot_product_attention is not k._SDPA if hasattr(k, "_SDPA") else True
             patched = F.scaled_dot_product_attention(q, kk, v)
@@ -46,7 +56,7 @@ def test_sdpa_s_signature_and_semantics_on_the_cpu(package):
             print("sdpa's error:", str(error)[:60])
         else:
             raise SystemExit("grouped heads without enable_gqa were accepted")
-        """, out, tmp_path, refusals=1)
+        """, out, tmp_path, refusals=2)
 
 
 @pytest.mark.nvcc
@@ -71,6 +81,15 @@ def test_the_custom_op_s_backward_is_sdpa_s_and_compiles(package):
         for run in (lambda q, kk, v: op(q, kk, v, True), torch.compile(lambda q, kk, v: op(q, kk, v, True), backend="aot_eager", fullgraph=True),
                     torch.compile(lambda q, kk, v: k.attention(q, kk, v, causal=True), backend="aot_eager", fullgraph=True)):
             for mine, theirs in zip(grads(run, *shapes), stock):
+                assert torch.allclose(mine, theirs, atol=1e-10), (mine - theirs).abs().max()
+        from torch.nn.attention.bias import causal_lower_right
+        chunk = [(1, 4, 10, 64), (1, 2, 40, 64), (1, 2, 40, 64)]  # a chunk of 10 queries, the last of 40 keys
+        stock = grads(lambda q, kk, v: F.scaled_dot_product_attention(q, kk, v, attn_mask=causal_lower_right(10, 40),
+                                                                      enable_gqa=True), *chunk)
+        for run in (lambda q, kk, v: op(q, kk, v, True, True),
+                    torch.compile(lambda q, kk, v: op(q, kk, v, True, True), backend="aot_eager", fullgraph=True),
+                    torch.compile(lambda q, kk, v: k.attention(q, kk, v, causal="lower_right"), backend="aot_eager", fullgraph=True)):
+            for mine, theirs in zip(grads(run, *chunk), stock):
                 assert torch.allclose(mine, theirs, atol=1e-10), (mine - theirs).abs().max()
         print("gradients ok")
         """, out, tmp_path, refusals=0)

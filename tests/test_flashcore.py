@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from evo.fitness import BuildConfig, Builder, EvalConfig, Evaluator, Status, screen
 from evo.seeds import get_family, shape
@@ -144,11 +145,45 @@ def test_a_workload_file_may_leave_out_the_k_v_heads_and_the_element_type(tmp_pa
     file.write_text('[workload]\nshapes = [ { name = "mha", b = 1, h = 8, s = 256, d = 64, causal = 0 },\n'
                     '  { name = "gqa", b = 1, h = 32, h_kv = 8, s = 512, d = 128, causal = 1, bf16 = 1 } ]\n')
     workload = load_workload_file(FAMILY, file)
-    assert dict(workload.shapes[0].dims) == dict(b=1, h=8, s=256, d=64, causal=0, h_kv=8, bf16=0)
-    assert workload.shapes[1]["h_kv"] == 8 and workload.shapes[1]["bf16"] == 1
+    assert dict(workload.shapes[0].dims) == dict(b=1, h=8, s=256, d=64, causal=0, h_kv=8, bf16=0, kv=256, lower_right=0)
+    assert workload.shapes[1]["h_kv"] == 8 and workload.shapes[1]["bf16"] == 1 and workload.shapes[1]["kv"] == 512
     file.write_text('[workload]\nshapes = [ { b = 1, h = 12, h_kv = 5, s = 256, d = 64, causal = 0 } ]\n')
     with pytest.raises(ValueError, match="multiple of the K/V heads"):
         load_workload_file(FAMILY, file)
+    file.write_text('[workload]\nshapes = [ { b = 1, h = 8, s = 256, kv = 200, d = 64, causal = 1, lower_right = 1 } ]\n')
+    with pytest.raises(ValueError, match="more keys than queries"):
+        load_workload_file(FAMILY, file)
+
+
+def test_query_and_key_lengths_apart_the_reference_the_anchor_and_which_kernels_take_them():
+    """Chunked prefill and cross-attention shapes (kv != s): the fp32 reference equals SDPA with the mask aligned
+    to the top left (is_causal) or the lower right (causal_lower_right); only warp-specialised kernels take them;
+    flops count the scores the mask leaves."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    from evo.seeds.flashcore import runtime
+    from evo.seeds.flashcore.spec import attention_shape
+
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 8, 40, 64, generator=generator)
+    k, v = (torch.randn(2, 2, 100, 64, generator=generator) for _ in range(2))
+    r = [t.repeat_interleave(4, dim=1) for t in (k, v)]
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    dims = dict(b=2, h=8, s=40, d=64, h_kv=2, kv=100, bf16=1)
+    for causal, lower_right, expected in ((0, 0, sdpa(q, *r)), (1, 0, sdpa(q, *r, is_causal=True)),
+                                          (1, 1, sdpa(q, *r, attn_mask=causal_lower_right(40, 100)))):
+        case = dict(dims, causal=causal, lower_right=lower_right)
+        assert torch.allclose(runtime.reference(case, (q, k, v)), expected, atol=1e-5), case
+        assert torch.allclose(runtime.anchor(case, (q, k, v)), expected, atol=1e-5), case
+        assert runtime.takes(WARP_SPECIALIZED.as_dict(), case)
+    seed, plain = FAMILY.seed_genomes[0].as_dict(), dict(b=1, h=8, s=40, d=64, h_kv=8, kv=40, bf16=0, causal=1, lower_right=0)
+    assert runtime.takes(seed, plain) and not runtime.takes(seed, dict(plain, kv=100))  # the classic design: kv = s
+    assert not runtime.takes(seed, dict(plain, kv=100, lower_right=1))
+    assert not runtime.takes(WARP_SPECIALIZED.as_dict(), dict(dims, s=120, causal=1, lower_right=1))  # a query sees no key
+    chunk = attention_shape("chunk", 1, 8, 100, 64, kv=300, lower_right=True)
+    assert chunk["causal"] == 1 and FAMILY.flops(chunk) == 4.0 * 8 * (100 * 200 + 100 * 100 / 2) * 64
+    assert FAMILY.flops(attention_shape("square", 1, 8, 100, 64, causal=True)) == 4.0 * 8 * 100 * 100 / 2 * 64
+    assert FAMILY.bytes_moved(chunk) == 2.0 * 2 * (8 * 100 + 8 * 300) * 64
 
 
 def test_shared_stages_launch_whole_clusters_at_d64_only():
@@ -235,14 +270,22 @@ def test_sampled_genomes_are_correct_on_every_shape(tmp_path):
 
 
 @pytest.mark.gpu
-def test_warp_specialized_kernels_take_bf16_grouped_heads_causal_and_ragged_shapes():
+def test_warp_specialized_kernels_take_bf16_grouped_heads_causal_ragged_and_chunked_shapes():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from _reporting import launch_each
 
-    shapes = [shape("gqa_bf16", b=1, h=8, s=700, d=128, causal=1, h_kv=2, bf16=1),
-              shape("mqa_bf16", b=2, h=4, s=333, d=64, causal=0, h_kv=1, bf16=1),
-              shape("gqa_fp16", b=1, h=4, s=1100, d=128, causal=1, h_kv=2, bf16=0),
-              shape("tiny", b=1, h=2, s=5, d=64, causal=1, h_kv=2, bf16=0)]
+    from evo.seeds.flashcore.spec import attention_shape as at
+
+    shapes = [at("gqa_bf16", 1, 8, 700, 128, causal=True, h_kv=2, bf16=True),
+              at("mqa_bf16", 2, 4, 333, 64, h_kv=1, bf16=True),
+              at("gqa_fp16", 1, 4, 1100, 128, causal=True, h_kv=2),
+              at("tiny", 1, 2, 5, 64, causal=True),
+              # queries and keys apart: a chunk the last of the keys (lower right), SDPA's top left over more keys
+              # and over fewer, cross-attention without a mask
+              at("chunk_lower_right", 1, 8, 300, 128, h_kv=2, bf16=True, kv=1000, lower_right=True),
+              at("chunk_top_left", 1, 4, 200, 64, causal=True, kv=777),
+              at("queries_past_keys", 1, 2, 300, 128, causal=True, h_kv=1, bf16=True, kv=100),
+              at("cross", 2, 4, 450, 64, kv=77)]
     launch_each(FAMILY, {"ws": WARP_SPECIALIZED, "overlap": WS_OVERLAP, "ping-pong": WS_PINGPONG,
                          "one consumer": WS_ONE_CONSUMER, "three consumers": WS_THREE_CONSUMERS}, shapes, max_abs_error=0.02)
 

@@ -83,6 +83,23 @@ def test_attention_as_a_model_calls_it(attention_op):
             side.synchronize()
             assert (on_side.float() - stock.float()).abs().max() < 0.02
 
+            # a prompt chunk after a cache (the mask aligned to the lower right) and cross-attention: the kernel,
+            # through the public function and SDPA's causal_lower_right, three calls each (the fast path after one)
+            from torch.nn.attention.bias import causal_lower_right
+            chunk, cache = bshd(2, 100, 8, 128), [bshd(2, 900, 2, 128) for _ in range(2)]
+            chunked = F.scaled_dot_product_attention(chunk, *cache, attn_mask=causal_lower_right(100, 900), enable_gqa=True)
+            crossed = F.scaled_dot_product_attention(chunk, *cache, enable_gqa=True)
+            for _ in range(3):
+                assert (k.attention(chunk, *cache, causal="lower_right").float() - chunked.float()).abs().max() < 0.02
+                assert (k.scaled_dot_product_attention(chunk, *cache, attn_mask=causal_lower_right(100, 900), enable_gqa=True)
+                        .float() - chunked.float()).abs().max() < 0.02
+                assert (k.attention(chunk, *cache).float() - crossed.float()).abs().max() < 0.02
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                k.attention(chunk, *cache, causal="lower_right")
+                torch.cuda.synchronize()
+            kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+            assert kernels and all("flashcore" in name for name in kernels), kernels
+
         # concurrent first calls of a new shape from threads: one decision, one load per device
         shapes = [bshd(1, 777, 8, 128) for _ in range(3)]
         results, errors = [], []
@@ -98,7 +115,7 @@ def test_attention_as_a_model_calls_it(attention_op):
         reference = F.scaled_dot_product_attention(*(t.float() for t in shapes), is_causal=True)
         assert all((r.float() - reference).abs().max() < 0.02 for r in results)
         assert len([key for key in k.OP._loaded if key[1] == kernel]) <= 1
-        print(k.choose(dict(b=1, h=8, s=777, d=128, causal=1, h_kv=8, bf16=1)))
+        print(k.choose(dict(b=1, h=8, s=777, d=128, causal=1, h_kv=8, bf16=1)))  # kv and lower_right left out
         print("attention ok")
         """, out, tmp_path, refusals=0)
 

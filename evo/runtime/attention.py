@@ -14,18 +14,29 @@ ALIGNED_GRADIENT_SCHEMA = ("(Tensor grad, Tensor q, Tensor k, Tensor v, bool cau
                            "(Tensor, Tensor, Tensor)")
 
 
-def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, lower_right: bool = False) -> torch.Tensor:
-    """PyTorch's SDPA for q [B, H, Q, D] over k, v [B, H_kv, KV, D], K/V heads grouped where they are fewer; causal
-    aligned to the top left (SDPA's is_causal: query token i sees keys 0..i) or, with ``lower_right``, to the lower
-    right (i sees keys 0..KV - Q + i: the queries are the last Q positions, as in chunked prefill), through
-    torch.nn.attention.bias.causal_lower_right."""
-    grouped = k.shape[1] != q.shape[1]
-    if causal and lower_right and q.shape[-2] != k.shape[-2]:
-        from torch.nn.attention.bias import causal_lower_right
+def every_query_sees_a_key(queries: int, keys: int, lower_right: bool) -> bool:
+    """A causal mask aligned to the lower right leaves a query no key where there are fewer keys than queries."""
+    return not lower_right or keys >= queries
 
-        # (the mask's own dispatch takes grouped heads: flash attention reads each K/V head once, no copies)
-        return _SDPA(q, k, v, attn_mask=causal_lower_right(q.shape[-2], k.shape[-2]), enable_gqa=grouped)
-    return _SDPA(q, k, v, is_causal=bool(causal), enable_gqa=grouped)
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, lower_right: bool = False, *,
+         scale: float | None = None, enable_gqa: bool | None = None) -> torch.Tensor:
+    """PyTorch's SDPA for q [B, H, Q, D] over k, v [B, H_kv, KV, D], K/V heads grouped where they are fewer (or as
+    ``enable_gqa`` says); causal aligned to the top left (SDPA's is_causal: query token i sees keys 0..i) or, with
+    ``lower_right``, to the lower right (i sees keys 0..KV - Q + i: the queries are the last Q positions, as in
+    chunked prefill), through torch.nn.attention.bias.causal_lower_right; under torch.compile (which cannot trace
+    that mask's making) the same mask as a boolean tensor."""
+    grouped = k.shape[1] != q.shape[1] if enable_gqa is None else enable_gqa
+    if causal and lower_right and q.shape[-2] != k.shape[-2]:
+        if torch.compiler.is_compiling():
+            mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril(k.shape[-2] - q.shape[-2])
+        else:
+            from torch.nn.attention.bias import causal_lower_right
+
+            # (the mask's own dispatch takes grouped heads: flash attention reads each K/V head once, no copies)
+            mask = causal_lower_right(q.shape[-2], k.shape[-2])
+        return _SDPA(q, k, v, attn_mask=mask, scale=scale, enable_gqa=grouped)
+    return _SDPA(q, k, v, is_causal=bool(causal), scale=scale, enable_gqa=grouped)
 
 
 def sdpa_gradient(grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,

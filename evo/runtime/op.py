@@ -344,13 +344,19 @@ class Op:
         return None
 
     # -- preparing ahead of time ------------------------------------------------------------------------
+    def complete(self, dims: Mapping[str, int]) -> dict:
+        """``dims`` as a caller of ``choose`` or ``prepare`` may write them, with the dimensions the family lets
+        them leave out filled in (its runtime's ``complete_dims``; e.g. flashcore's keys kv: as many as s)."""
+        complete = getattr(self.family, "complete_dims", None)
+        return complete(dims) if complete is not None else dict(dims)
+
     def prepare(self, shapes: Sequence[Mapping[str, int]], device: torch.device | None = None,
                 report: Callable[[str], None] = print) -> int:
         """Decide every bucket of ``shapes`` not yet decided on this device (measured at the bucket's
         largest shape); how many were measured."""
         device = self._device(device)
         context, measured, seen = self._context(device), 0, set()
-        for dims in shapes:
+        for dims in map(self.complete, shapes):
             top = self.bucket(dims)
             key = bucket_key(top)
             if key in seen or self._recall(context, key) is not None:

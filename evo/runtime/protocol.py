@@ -28,8 +28,9 @@ shape of the same kind a kernel is verified on before it is chosen), ``gradient(
 ``GRADIENT_SCHEMA`` and ``gradient_fake`` (the op's backward: PyTorch's gradients of the schema's tensor
 arguments, a tensor each; without it the op refuses an input that requires a gradient, saying
 ``NO_GRADIENT``), ``surfaces(op)`` (more names for the package's module, such as drop-in modules),
-``OTHER_ANCHORS`` (name -> function like ``anchor``) and ``COSTLY_ANCHORS`` (names left out of a workload
-op's self-check).
+``OTHER_ANCHORS`` (name -> function like ``anchor``), ``COSTLY_ANCHORS`` (names left out of a workload
+op's self-check) and ``complete_dims(dims)`` (the dimensions a caller of the package's choose or prepare may
+leave out, filled in).
 """
 
 from __future__ import annotations

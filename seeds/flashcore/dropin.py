@@ -1,5 +1,5 @@
 """FlashCore's op as a drop-in where models call attention: SDPA's signature (``sdpa``, the op's
-scaled_dot_product_attention bound to it), a context in which torch's own SDPA is the op's (timm's attention
+scaled_dot_product_attention bound to it; ``causal_mask`` reads the masks it takes), a context in which torch's own SDPA is the op's (timm's attention
 calls it), and transformers' attention function with its registration.
 
 Needs torch (transformers only when its functions are called): `evo export` ships it as flashcore_dropin.py.
@@ -10,6 +10,21 @@ from __future__ import annotations
 import contextlib
 
 import torch
+
+
+def causal_mask(attn_mask, is_causal: bool, query, key) -> tuple[bool, bool] | None:
+    """(causal, lower_right) for an SDPA call's mask arguments the kernels compute: no mask (is_causal: the top
+    left), or torch.nn.attention.bias's causal_upper_left / causal_lower_right of the call's query and key
+    lengths; None for any other mask."""
+    if attn_mask is None:
+        return bool(is_causal), False
+    from torch.nn.attention.bias import CausalBias, CausalVariant
+
+    if not (isinstance(attn_mask, CausalBias) and isinstance(query, torch.Tensor) and isinstance(key, torch.Tensor)):
+        return None
+    if not is_causal and (attn_mask.seq_len_q, attn_mask.seq_len_kv) == (query.shape[-2], key.shape[-2]):
+        return True, attn_mask.variant == CausalVariant.LOWER_RIGHT
+    return None
 
 
 def surfaces(sdpa) -> dict:

@@ -18,8 +18,10 @@
 //              (160 with three consumers: 128 x 24 + 384 x 160 <= 65536)
 //   HEAVY_FIRST causal: the grid's first blocks take the last query block of every head (the most keys)
 // O leaves through shared memory (the Q tile's rows) by TMA stores.
-// Shapes: fp16 or bf16 (entry points flashcore[_bf16]_d64/_d128), any S, causal or not, grouped
-// heads (K and V with H / group heads: query head h reads K/V head h / group). Q, K, V and O are 4-d
+// Shapes: fp16 or bf16 (entry points flashcore[_bf16]_d64/_d128), S query rows over any number of keys
+// (chunked prefill, cross-attention), causal or not (the mask aligned to the top left, SDPA's is_causal,
+// or by ``offset`` to the lower right), grouped heads (K and V with H / group heads: query head h reads
+// K/V head h / group). Q, K, V and O are 4-d
 // tensor maps [B][H][S][D] of any strides the TMA takes (a [B, S, H, D] tensor's transposed view too).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -81,7 +83,8 @@ __device__ __forceinline__ float ws_exp2(float x) {
 }
 
 struct WsParams {
-    int S, heads, group, causal;
+    int S, keys, heads, group, causal;
+    int offset;        // causal: query row i sees keys 0 .. i + offset (0: SDPA's top left; keys - S: the lower right)
     float scale_log2;  // 1 / sqrt(D) * log2(e)
 };
 
@@ -93,10 +96,10 @@ struct WsRows {
     static constexpr int N = WsPlan<D>::block_n, panels = D / 64;
     float o[D / 2];  // wgmma's accumulator layout over D columns; o[32 c ..] the panel c's (64 columns)
     float m[2], l[2];
-    int row;  // this thread's first query row (its second is row + 8)
+    int last_key;  // causal: the last key this thread's first query row sees (its second row's is 8 further)
 
-    __device__ void init(int first_row) {
-        row = first_row;
+    __device__ void init(int first_key_limit) {
+        last_key = first_key_limit;
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
         m[0] = m[1] = -CUDART_INF_F;
@@ -105,11 +108,11 @@ struct WsRows {
 
     __device__ void mask(float (&s)[N / 2], int key0, const WsParams& p) const {
         const int lane = threadIdx.x % 32;
-        if (key0 + N <= p.S && (!p.causal || key0 + N - 1 <= row)) return;  // nothing masked in this tile
+        if (key0 + N <= p.keys && (!p.causal || key0 + N - 1 <= last_key)) return;  // nothing masked in this tile
 #pragma unroll
         for (int i = 0; i < N / 2; ++i) {
-            const int key = key0 + 8 * (i / 4) + 2 * (lane % 4) + (i & 1), query = row + (i & 2 ? 8 : 0);
-            if (key >= p.S || (p.causal && key > query)) s[i] = -CUDART_INF_F;
+            const int key = key0 + 8 * (i / 4) + 2 * (lane % 4) + (i & 1), limit = last_key + (i & 2 ? 8 : 0);
+            if (key >= p.keys || (p.causal && key > limit)) s[i] = -CUDART_INF_F;
         }
     }
 
@@ -209,7 +212,7 @@ __device__ void ws_attention(const TensorMap* q_map, const TensorMap* k_map, con
     }
     const int q0 = qb * BLOCK_M;
     const int head = bh % p.heads, batch = bh / p.heads, kv_head = head / p.group;  // the maps' heads and batches
-    const int kv_end = p.causal ? min(p.S, q0 + BLOCK_M) : p.S;
+    const int kv_end = p.causal ? min(p.keys, q0 + BLOCK_M + p.offset) : p.keys;
     const int tiles = (kv_end + N - 1) / N;
 
     if (threadIdx.x == 0) {
@@ -251,7 +254,7 @@ __device__ void ws_attention(const TensorMap* q_map, const TensorMap* k_map, con
 #endif
     const int consumer = group - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     WsRows<D, T> rows;
-    rows.init(q0 + 64 * consumer + 16 * warp + lane / 4);
+    rows.init(q0 + 64 * consumer + 16 * warp + lane / 4 + p.offset);  // its first row's last key, when causal
     const unsigned char* q_rows = Qs + consumer * 64 * 128;  // this warpgroup's 64 rows of each panel
 
     // ping-pong: consumer c may issue its matrix products once the one before it (round robin) has issued its own
@@ -378,11 +381,11 @@ __device__ void ws_attention(const TensorMap* q_map, const TensorMap* k_map, con
 
 #define WS_ENTRY(NAME, DIM, TYPE)                                                                              \
     extern "C" __global__ void __launch_bounds__(WS_THREADS, 1)                                                \
-    NAME(int S, int heads, int group, int causal, float scale_log2,                                            \
+    NAME(int S, int keys, int heads, int group, int causal, int offset, float scale_log2,                      \
          const __grid_constant__ TensorMap q_map, const __grid_constant__ TensorMap k_map,                     \
          const __grid_constant__ TensorMap v_map, const __grid_constant__ TensorMap o_map) {                   \
         ws_attention<DIM, TYPE>(&q_map, &k_map, &v_map, &o_map,                                                \
-                                WsParams{S, heads, group, causal, scale_log2});                                \
+                                WsParams{S, keys, heads, group, causal, offset, scale_log2});                  \
     }
 
 WS_ENTRY(flashcore_d64, 64, half)

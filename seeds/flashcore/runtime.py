@@ -18,12 +18,14 @@ from typing import Mapping
 import torch
 
 if __package__:  # seeds.flashcore.runtime, inside evo
-    from evo.runtime.attention import GRADIENT_SCHEMA, sdpa, sdpa_gradient, sdpa_gradient_fake
+    from evo.runtime.attention import (ALIGNED_GRADIENT_SCHEMA as GRADIENT_SCHEMA, every_query_sees_a_key, sdpa,
+                                       sdpa_gradient, sdpa_gradient_fake)
     from evo.runtime.cuda import (CudaModule, MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, mappable,
                              require_capability, tensor_map, ticketed_workspace)
     from evo.seeds.flashcore import dropin, plan
 else:  # an exported package's evo_family.py, with the files it imports beside it
-    from evo_runtime.attention import GRADIENT_SCHEMA, sdpa, sdpa_gradient, sdpa_gradient_fake
+    from evo_runtime.attention import (ALIGNED_GRADIENT_SCHEMA as GRADIENT_SCHEMA, every_query_sees_a_key, sdpa,
+                                       sdpa_gradient, sdpa_gradient_fake)
     import flashcore_dropin as dropin
     import flashcore_plan as plan
     from evo_runtime.cuda import (CudaModule, MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, mappable,
@@ -33,18 +35,20 @@ DEVICE = "cuda"
 USAGE = """fp16 or bf16 attention O = softmax(Q K^T / sqrt(D)) V, fp32 softmax and accumulation, for an sm_90a GPU.
 
     import __OP_NAME__ as k
-    o = k.attention(q, k_, v, causal=False)          # q [B, H, S, D], k_ and v [B, H_kv, S, D] (H a multiple of
-                                                     # H_kv); the kernels take fp16 or bf16 CUDA tensors, D 64 or 128
-    o = k.scaled_dot_product_attention(q, k_, v, is_causal=True, enable_gqa=True)  # SDPA's signature, a drop-in
+    o = k.attention(q, k_, v, causal=False)          # q [B, H, S, D], k_ and v [B, H_kv, S_kv, D], H a multiple of
+                                                     # H_kv, fp16 or bf16, D 64 or 128; causal True (SDPA's top left)
+                                                     # or "lower_right" (q the last S of S_kv: chunked prefill)
+    o = k.scaled_dot_product_attention(q, k_, v, is_causal=True, enable_gqa=True)  # SDPA's, causal_lower_right too
     with k.patched_sdpa(): model(x)                  # torch's SDPA is this op's inside (timm's attention, say)
     k.register_with_transformers("evo")              # then AutoModel...(..., attn_implementation="evo")
-    o = torch.ops.evo.__OP_NAME__(q, k_, v, False)   # the custom op itself
+    o = torch.ops.evo.__OP_NAME__(q, k_, v, False, False)  # the custom op itself (causal, lower_right)
 
-Whatever the kernels do not take (masks, dropout, another scale, query length != key length, other head
-dimensions, fp32, CPU tensors) runs PyTorch's SDPA, with its results. q, k and v may be views such as
+Whatever the kernels do not take (masks but the causal ones, dropout, another scale, other head dimensions, fp32,
+CPU tensors) runs PyTorch's SDPA, with its results. q, k and v may be views such as
 transformers' [B, S, H, D] transposed; the output is laid out as q. Gradients: PyTorch's backward of SDPA."""
 PUBLIC = "attention"
-SCHEMA = "(Tensor q, Tensor k, Tensor v, bool causal) -> Tensor"
+SCHEMA = "(Tensor q, Tensor k, Tensor v, bool causal, bool lower_right=False) -> Tensor"
+CAUSAL_ARGUMENTS = (False, True, "top_left", "lower_right")
 
 
 def _dtype(dims: Mapping) -> torch.dtype:
@@ -55,6 +59,19 @@ def _kv_heads(dims: Mapping) -> int:
     return dims.get("h_kv", dims["h"])
 
 
+def _keys(dims: Mapping) -> int:  # K/V rows: kv, as many as the queries s where a shape does not say
+    return dims.get("kv", dims["s"])
+
+
+def complete_dims(dims: Mapping) -> dict:
+    """A caller's dimensions with kv (keys: as many as the queries s) and lower_right (0) where left out."""
+    return {**dims, "kv": dims.get("kv", dims["s"]), "lower_right": dims.get("lower_right", 0)}
+
+
+def _lower_right(dims: Mapping) -> bool:
+    return bool(dims["causal"] and dims.get("lower_right", 0))
+
+
 def _laid_out(tensor: torch.Tensor, dims: Mapping) -> torch.Tensor:
     """[B, H, S, D] as it is, or (``strided``, a call whose tensors are views) as a [B, S, H, D] tensor's
     transposed view: transformers' layout, the one a decision for such calls is measured on."""
@@ -63,7 +80,7 @@ def _laid_out(tensor: torch.Tensor, dims: Mapping) -> torch.Tensor:
 
 def make_inputs(dims: Mapping, generator) -> tuple[torch.Tensor, ...]:
     q_sizes = (dims["b"], dims["h"], dims["s"], dims["d"])
-    kv_sizes = (dims["b"], _kv_heads(dims), dims["s"], dims["d"])
+    kv_sizes = (dims["b"], _kv_heads(dims), _keys(dims), dims["d"])
     return tuple(_laid_out(torch.randn(sizes, generator=generator, device="cuda", dtype=_dtype(dims)), dims)
                  for sizes in (q_sizes, kv_sizes, kv_sizes))
 
@@ -73,24 +90,29 @@ def make_output(dims: Mapping) -> torch.Tensor:
 
 
 def _sdpa(dims: Mapping, q, k, v) -> torch.Tensor:
-    grouped = k.shape[1] != q.shape[1]
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(dims["causal"]),
-                                                            **({"enable_gqa": True} if grouped else {}))
+    return sdpa(q, k, v, bool(dims["causal"]), _lower_right(dims))
 
 
 def reference(dims: Mapping, inputs) -> torch.Tensor:
+    """fp32 attention by PyTorch's math backend, each query head with its own copy of its K/V head; causal: query
+    row i sees keys 0..i (the top left), or 0..kv - s + i (lower_right)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     q, k, v = (t.float() for t in inputs)
     group = q.shape[1] // k.shape[1]
     if group > 1:  # every query head's own copy of its K/V head
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    mask = None
+    if dims["causal"]:
+        offset = k.shape[2] - q.shape[2] if _lower_right(dims) else 0
+        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril(offset)
     with sdpa_kernel(SDPBackend.MATH):
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(dims["causal"]))
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
 def anchor(dims: Mapping, inputs) -> torch.Tensor:
-    """torch SDPA (its default backend: cuDNN on Hopper GPUs; grouped heads with enable_gqa)."""
+    """torch SDPA (its default backend for the call: cuDNN on Hopper GPUs, flash attention for the lower-right
+    mask through causal_lower_right; grouped heads with enable_gqa)."""
     return _sdpa(dims, *inputs)
 
 
@@ -105,11 +127,15 @@ OTHER_ANCHORS = {"torch SDPA FLASH_ATTENTION backend (FA2)": _flash_attention}
 
 
 def takes(genome: Mapping, dims: Mapping) -> bool:
-    """Every kernel takes fp16 attention with as many K/V heads as query heads; bf16, grouped heads and views
-    (``strided``: read where they lie, by tensor maps) only the warp-specialised design's."""
-    if not (dims["d"] in plan.HEAD_DIMS and dims["s"] > 0 and dims["b"] * dims["h"] > 0):
+    """Every kernel takes fp16 attention with as many K/V heads as query heads and keys as queries; bf16, grouped
+    heads, other key counts (chunked prefill, cross-attention), the lower-right mask and views (``strided``: read
+    where they lie, by tensor maps) only the warp-specialised design's."""
+    if not (dims["d"] in plan.HEAD_DIMS and min(dims["s"], _keys(dims)) > 0 and dims["b"] * dims["h"] > 0):
         return False
-    plain = not dims.get("bf16", 0) and _kv_heads(dims) == dims["h"] and not dims.get("strided", 0)
+    if not every_query_sees_a_key(dims["s"], _keys(dims), _lower_right(dims)):
+        return False
+    plain = (not dims.get("bf16", 0) and _kv_heads(dims) == dims["h"] and not dims.get("strided", 0)
+             and _keys(dims) == dims["s"] and not _lower_right(dims))
     return plain or plan.warp_specialized(genome)
 
 
@@ -179,14 +205,17 @@ def _prepare(kernels, g: Mapping, workspaces: dict, dims: Mapping, q, k, v, out)
         rows = plan.block_n(g, d)
         encoders = [functools.partial(box_map, box=box, swizzled=True)
                     for box in ((64, g["block_m"], 1, 1), (64, rows, 1, 1), (64, rows, 1, 1), (64, 64, 1, 1))]
+        keys = _keys(dims)
+        offset = keys - s if _lower_right(dims) else 0  # causal: query row i sees keys 0 .. i + offset
         launch = PreparedLaunch(function, grid, block,
-                                [ctypes.c_int(s), ctypes.c_int(h), ctypes.c_int(h // k.shape[1]),
-                                 ctypes.c_int(int(dims["causal"])), ctypes.c_float(1.0 / math.sqrt(d) * math.log2(math.e)),
+                                [ctypes.c_int(s), ctypes.c_int(keys), ctypes.c_int(h), ctypes.c_int(h // k.shape[1]),
+                                 ctypes.c_int(int(dims["causal"])), ctypes.c_int(offset),
+                                 ctypes.c_float(1.0 / math.sqrt(d) * math.log2(math.e)),
                                  *(TensorMapBytes() for _ in encoders)], smem)
 
         def put(q, k, v, out, stream):
             for slot, tensor in enumerate((q, k, v, out)):
-                launch.put(5 + slot, maps.get((slot, tensor.data_ptr()), encoders[slot], tensor))
+                launch.put(7 + slot, maps.get((slot, tensor.data_ptr()), encoders[slot], tensor))
     else:  # pointers; the maps some stages read; a grid key split's workspace and tickets per stream
         if not all(t.is_contiguous() for t in (q, k, v, out)):
             return None
@@ -219,19 +248,22 @@ def _prepare(kernels, g: Mapping, workspaces: dict, dims: Mapping, q, k, v, out)
 _SDPA = torch.nn.functional.scaled_dot_product_attention  # PyTorch's, kept before any patching (patched_sdpa)
 
 
-def _kernels_may_take(q, k, v, attn_mask, dropout_p: float, scale, enable_gqa: bool) -> bool:
+def _kernels_may_take(q, k, v, causal: tuple[bool, bool], scale, enable_gqa: bool) -> bool:
     """Whether an evolved kernel may compute this call exactly as SDPA would (the op then measures which
-    does): CUDA fp16/bf16 [B, H, S, D] with D 64 or 128, keys as many as queries, no mask, no dropout, the
-    default scale, grouped K/V heads only with enable_gqa, each row of D contiguous."""
+    does): CUDA fp16/bf16 q [B, H, S, D] over k, v [B, H_kv, S_kv, D] with D 64 or 128, ``causal`` (causal,
+    lower_right; the lower right needs S_kv >= S), the default scale, grouped K/V heads only with enable_gqa, each
+    row of D contiguous."""
     tensors = (q, k, v)
     if not all(isinstance(t, torch.Tensor) and t.is_cuda and t.dim() == 4 and t.stride(-1) == 1 for t in tensors):
         return False
-    if attn_mask is not None or dropout_p != 0.0 or q.dtype not in (torch.float16, torch.bfloat16):
-        return False
     b, h, s, d = q.shape
-    if k.dtype != q.dtype or v.dtype != q.dtype or k.shape != v.shape or k.shape[0] != b or k.shape[2:] != q.shape[2:]:
+    if q.dtype not in (torch.float16, torch.bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
         return False
-    if d not in plan.HEAD_DIMS or s == 0 or b * h == 0 or not (k.device == q.device == v.device):
+    if k.shape != v.shape or k.shape[0] != b or k.shape[3] != d or not (k.device == q.device == v.device):
+        return False
+    if d not in plan.HEAD_DIMS or min(s, k.shape[2], b * h) == 0:
+        return False
+    if not every_query_sees_a_key(s, k.shape[2], causal[1]):
         return False
     if scale is not None and abs(scale * math.sqrt(d) - 1.0) > 1e-12:
         return False
@@ -241,28 +273,43 @@ def _kernels_may_take(q, k, v, attn_mask, dropout_p: float, scale, enable_gqa: b
 def scaled_dot_product_attention(op, query, key, value, attn_mask=None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale=None, enable_gqa: bool = False) -> torch.Tensor:
     """torch.nn.functional.scaled_dot_product_attention's signature and semantics: an evolved kernel where one
-    takes the call and is measured faster on this GPU, PyTorch's SDPA otherwise (masks, dropout, another
-    scale, query length != key length, other head dimensions, fp32, CPU tensors), with identical results."""
-    signature = (op.signature((query, key, value), is_causal, scale, enable_gqa)
-                 if attn_mask is None and dropout_p == 0.0 else None)
-    if signature is not None:  # a call of a signature seen before runs what it ran then, prepared
+    takes the call and is measured faster on this GPU, PyTorch's SDPA otherwise (other masks than
+    torch.nn.attention.bias's causal ones, dropout, another scale, other head dimensions, fp32, CPU tensors),
+    with identical results."""
+    causal = dropin.causal_mask(attn_mask, is_causal, query, key)
+    if causal is None or dropout_p != 0.0:
+        return _SDPA(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+                     enable_gqa=enable_gqa)
+    return _attend(op, query, key, value, causal, scale, enable_gqa)
+
+
+def _attend(op, q, k, v, causal: tuple[bool, bool], scale, enable_gqa: bool) -> torch.Tensor:
+    """A call without dropout, causal = (causal, lower_right): a plain eager call of a signature seen before runs
+    what it ran then, prepared; else the custom op where a kernel may take it, PyTorch's SDPA where none can."""
+    signature = op.signature((q, k, v), *causal, scale, enable_gqa)
+    if signature is not None:
         fast = op.fast(signature)
         if fast is not None:
-            return fast(query, key, value)
-    if _kernels_may_take(query, key, value, attn_mask, dropout_p, scale, enable_gqa):
-        out = op(query, key, value, bool(is_causal))
+            return fast(q, k, v)
+    if _kernels_may_take(q, k, v, causal, scale, enable_gqa):
+        out = op(q, k, v, *causal)
         if signature is not None:
-            _remember(op, signature, query, key, value, bool(is_causal))
+            _remember(op, signature, q, k, v, *causal)
         return out
+
+    def pytorch(q, k, v):
+        if causal[1]:  # (scale and grouped heads as SDPA takes them with the lower-right mask)
+            return sdpa(q, k, v, True, True, scale=scale, enable_gqa=enable_gqa)
+        return _SDPA(q, k, v, is_causal=causal[0], scale=scale, enable_gqa=enable_gqa)
+
     if signature is not None:
-        op.remember(signature, lambda q, k, v: _SDPA(q, k, v, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa))
-    return _SDPA(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
-                 enable_gqa=enable_gqa)
+        op.remember(signature, pytorch)
+    return pytorch(q, k, v)
 
 
-def _remember(op, signature, q, k, v, causal: bool) -> None:
+def _remember(op, signature, q, k, v, causal: bool, lower_right: bool) -> None:
     """After a plain call's full path: what its signature runs from now on, where its choice is final."""
-    dims = _dims(q, k, v, causal)
+    dims = _dims(q, k, v, causal, lower_right)
 
     def kernel_call(kernel_id: str):
         template = torch.empty_like(q)
@@ -278,35 +325,42 @@ def _remember(op, signature, q, k, v, causal: bool) -> None:
 
         return call
 
-    op.remember_choice(signature, dims, q.device, lambda q, k, v: sdpa(q, k, v, causal),
-                       lambda q, k, v: op(q, k, v, causal), kernel_call)
+    op.remember_choice(signature, dims, q.device, lambda q, k, v: sdpa(q, k, v, causal, lower_right),
+                       lambda q, k, v: op(q, k, v, causal, lower_right), kernel_call)
 
 
-def attention(op, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
-    """softmax(q k^T / sqrt(D)) v, K/V heads grouped where k and v have fewer heads than q: the evolved kernel
-    measured fastest for this shape, or PyTorch's SDPA (where none is, and for what no kernel takes)."""
-    grouped = k.dim() == 4 and q.dim() == 4 and k.shape[1] != q.shape[1]
-    return scaled_dot_product_attention(op, q, k, v, is_causal=causal, enable_gqa=grouped)
+def attention(op, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | str = False) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D)) v for q [B, H, S, D] over k, v [B, H_kv, S_kv, D], K/V heads grouped where k and v
+    have fewer heads than q; causal: False, True (SDPA's is_causal, aligned to the top left) or "lower_right" (the
+    queries are the last S of the S_kv positions: chunked prefill). The evolved kernel measured fastest for this
+    shape, or PyTorch's SDPA (where none is, and for what no kernel takes)."""
+    if causal not in CAUSAL_ARGUMENTS:
+        raise ValueError(f"causal must be False, True, 'top_left' or 'lower_right', not {causal!r}")
+    four = k.dim() == 4 and q.dim() == 4
+    lower_right = causal == "lower_right" and four and q.shape[2] != k.shape[2]
+    return _attend(op, q, k, v, (bool(causal), lower_right), None, four and k.shape[1] != q.shape[1])
 
 
-def _dims(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> dict:
+def _dims(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, lower_right: bool = False) -> dict:
     """A call's shape; with ``strided`` where q, k or v is a view (a decision of its own: only kernels that read
     views where they lie are candidates, measured on views)."""
     b, h, s, d = q.shape
-    dims = dict(b=b, h=h, s=s, d=d, causal=int(bool(causal)), h_kv=k.shape[1], bf16=int(q.dtype == torch.bfloat16))
+    dims = dict(b=b, h=h, s=s, d=d, causal=int(bool(causal)), h_kv=k.shape[1], bf16=int(q.dtype == torch.bfloat16),
+                kv=k.shape[2], lower_right=int(bool(causal and lower_right and k.shape[2] != s)))
     if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
         dims["strided"] = 1
     return dims
 
 
-def compute(op, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+def compute(op, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+            lower_right: bool = False) -> torch.Tensor:
     """The custom op's body: the chosen kernel into an output laid out as q is (a [B, S, H, D] view's too),
     or PyTorch's SDPA."""
-    dims = _dims(q, k, v, causal)
+    dims = _dims(q, k, v, causal, lower_right)
     kernel, _ = op.choose(dims, q.device) if q.is_cuda else (None, "not on a GPU")
     out = torch.empty_like(q)
     if kernel is None:
-        result = sdpa(q, k, v, causal)
+        result = sdpa(q, k, v, causal, lower_right)
         return result if result.stride() == out.stride() else out.copy_(result)
     if q.device.index != torch.cuda.current_device():
         with torch.cuda.device(q.device):
@@ -316,7 +370,7 @@ def compute(op, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool)
     return out
 
 
-def fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+def fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, lower_right: bool = False) -> torch.Tensor:
     return torch.empty_like(q)
 
 
@@ -324,9 +378,12 @@ gradient, gradient_fake = sdpa_gradient, sdpa_gradient_fake  # PyTorch's backwar
 
 
 def bucket(dims: Mapping) -> dict:
-    """The calls one decision covers: sequence length rounded up to a multiple of 64, the batch to a power of
-    two; heads, head dimension, causal and the element type as they are."""
-    return dict(dims, s=-(-dims["s"] // 64) * 64, b=1 << max(0, int(dims["b"]) - 1).bit_length())
+    """The calls one decision covers: query and key lengths rounded up to a multiple of 64, the batch to a power
+    of two; heads, head dimension, the mask and the element type as they are."""
+    rounded = dict(dims, s=-(-dims["s"] // 64) * 64, b=1 << max(0, int(dims["b"]) - 1).bit_length())
+    if "kv" in dims:
+        rounded["kv"] = -(-dims["kv"] // 64) * 64
+    return rounded
 
 
 def verify_dims(dims: Mapping) -> dict:
@@ -337,7 +394,7 @@ def verify_dims(dims: Mapping) -> dict:
 
 def call_with(op, dims: Mapping, inputs) -> torch.Tensor:
     """The public function on the inputs ``make_inputs`` draws."""
-    return attention(op, *inputs, bool(dims["causal"]))
+    return attention(op, *inputs, "lower_right" if _lower_right(dims) else bool(dims["causal"]))
 
 
 def surfaces(op) -> dict:

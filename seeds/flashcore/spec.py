@@ -30,14 +30,24 @@ WS_SOURCE = HERE / "flashcore_ws.cuh"  # the warp-specialised design's whole ker
 
 
 def attention_shape(name: str, b: int, h: int, s: int, d: int, *, causal: bool = False, mission: bool = False,
-                    h_kv: int | None = None, bf16: bool = False):
-    """B x H x S x D attention; K and V with h_kv heads (grouped-query attention; default H), bf16 or fp16."""
-    return shape(name, b=b, h=h, s=s, d=d, causal=int(causal), h_kv=h if h_kv is None else h_kv, bf16=int(bf16),
-                 mission=mission)
+                    h_kv: int | None = None, bf16: bool = False, kv: int | None = None, lower_right: bool = False):
+    """B x H x S x D queries over kv keys (default S); K and V with h_kv heads (grouped-query attention; default
+    H), bf16 or fp16; causal aligned to the top left (SDPA's is_causal) or, with lower_right, to the lower right
+    (the S queries are the last of the kv positions: a chunk of a prompt after the cache)."""
+    return shape(name, b=b, h=h, s=s, d=d, causal=int(causal or lower_right), h_kv=h if h_kv is None else h_kv,
+                 bf16=int(bf16), kv=s if kv is None else kv, lower_right=int(lower_right), mission=mission)
 
 
 def _prefill(name: str, b: int, h: int, s: int, d: int, causal: bool = False, **more):
     return attention_shape(name, b, h, s, d, causal=causal, **more), 1.0
+
+
+LLAMA3_8B, LLAMA3_70B_TP8, QWEN2_7B = dict(h=32, h_kv=8), dict(h=8, h_kv=1), dict(h=28, h_kv=4)
+
+
+def _chunk(name: str, b: int, s: int, kv: int, heads: Mapping):
+    """A prompt chunk of s tokens after a cache of kv - s: bf16, D 128, the mask aligned to the lower right."""
+    return _prefill(name, b, heads["h"], s, 128, h_kv=heads["h_kv"], kv=kv, lower_right=True, bf16=True)
 
 
 # Prefill attention of encoders (ViT, BERT: non-causal) and decoders (GPT-2, Llama: causal)
@@ -63,14 +73,30 @@ WORKLOADS = (workload("prefill", "attention prefill of real models, B x H x S x 
     _prefill("llama3_70b_tp8_s4096", 2, 8, 4096, 128, True, h_kv=1, bf16=True),
     _prefill("mistral_7b_s4096", 1, 32, 4096, 128, True, h_kv=8, bf16=True),
     _prefill("qwen2_7b_s4096", 1, 28, 4096, 128, True, h_kv=4, bf16=True),
+]), workload("chunked_prefill", "chunked prefill of LLMs: prompt chunks of 128-2048 tokens after a KV cache (the "
+             "query tokens the last of the keys: the causal mask aligned to the lower right), bf16, D 128, grouped "
+             "K/V heads: Llama-3-8B, Qwen2-7B and Llama-3-70B at tensor parallel 8; every shape weighs 1", [
+    _chunk("llama3_8b_chunk256_kv2k", 1, 256, 2048, LLAMA3_8B),
+    _chunk("llama3_8b_chunk512_kv4k", 1, 512, 4096, LLAMA3_8B),
+    _chunk("llama3_8b_chunk512_kv16k", 1, 512, 16384, LLAMA3_8B),
+    _chunk("llama3_8b_chunk2048_kv8k", 1, 2048, 8192, LLAMA3_8B),
+    _chunk("llama3_8b_b4_chunk128_kv8k", 4, 128, 8192, LLAMA3_8B),
+    _chunk("qwen2_7b_chunk512_kv8k", 1, 512, 8192, QWEN2_7B),
+    _chunk("llama3_70b_tp8_chunk512_kv8k", 1, 512, 8192, LLAMA3_70B_TP8),
+    _chunk("llama3_70b_tp8_chunk256_kv32k", 1, 256, 32768, LLAMA3_70B_TP8),
+]), workload("cross_attention", "cross-attention: decoder queries over an encoder's keys, no mask: Whisper-large's "
+             "decoder (20 heads, D 64, 448 tokens over 1500 audio frames) at batches 1-8, SDXL's UNet (10 and 20 "
+             "heads, D 64, 4096 and 1024 latents over 77 text tokens) at batch 2, fp16; every shape weighs 1", [
+    _prefill("whisper_large_b1", 1, 20, 448, 64, kv=1500), _prefill("whisper_large_b8", 8, 20, 448, 64, kv=1500),
+    _prefill("sdxl_q4096_kv77", 2, 10, 4096, 64, kv=77), _prefill("sdxl_q1024_kv77", 2, 20, 1024, 64, kv=77),
 ]),)
 
 
 class FlashCore(RuntimeFamily):
     default_strategy = "surrogate"  # the strategy its recorded searches were measured with (docs/JOURNAL.md)
     name = "flashcore"
-    description = ("fp16/bf16 attention forward O = softmax(QK^T * scale) V, [B,H,S,D], D in {64,128}, grouped "
-                   "K/V heads (h_kv)")
+    description = ("fp16/bf16 attention forward O = softmax(QK^T * scale) V, Q [B,H,S,D] over K, V [B,h_kv,kv,D], "
+                   "D in {64,128}, grouped K/V heads, causal aligned to the top left or the lower right")
     device = "cuda"
     space = SPACE
     seed_genomes = (SEED,)
@@ -83,11 +109,11 @@ class FlashCore(RuntimeFamily):
         attention_shape("ragged", 2, 4, 300, 64, causal=True),
     )
     workloads = WORKLOADS
-    flag_dims = ("causal", "bf16")
+    flag_dims = ("causal", "bf16", "lower_right")
     categorical_dims = ("d",)  # one kernel of the cubin per head dimension
     # fp16 output of an fp32-accumulated attention: errors of a few 1e-3 at most
     tolerance = Tolerance(max_abs=0.06, max_rel_l2=1e-2)
-    anchor_name = "torch SDPA (default backend: cuDNN on Hopper GPUs)"
+    anchor_name = "torch SDPA (its default backend for the call: cuDNN on Hopper GPUs, flash for causal_lower_right)"
     # inputs, reference, anchors, load and launch: seeds/flashcore/runtime.py, which an export ships
     runtime = flashcore_runtime
     export_files = (("flashcore_plan.py", HERE / "plan.py"), ("flashcore_dropin.py", HERE / "dropin.py"))
@@ -151,10 +177,15 @@ class FlashCore(RuntimeFamily):
             raise ValueError(f"flashcore handles head dimension {HEAD_DIMS}, not {shape['d']}")
         if shape["h"] % shape["h_kv"]:
             raise ValueError(f"the query heads h = {shape['h']} must be a multiple of the K/V heads h_kv = {shape['h_kv']}")
+        dims = self.dimension_defaults(dict(shape.dims)) | dict(shape.dims)
+        if dims["lower_right"] and not (dims["causal"] and dims["kv"] > dims["s"]):
+            raise ValueError(f"lower_right (the causal mask aligned to the lower right) needs causal = 1 and more keys "
+                             f"than queries (kv > s), not causal = {dims['causal']}, kv = {dims['kv']}, s = {dims['s']}")
 
     def dimension_defaults(self, dims: Mapping[str, int]) -> dict[str, int]:
-        """A workload file may leave out h_kv (the query heads h: no grouping) and bf16 (0: fp16)."""
-        return {"h_kv": dims.get("h", 1), "bf16": 0}
+        """A workload file may leave out h_kv (the query heads h: no grouping), bf16 (0: fp16), kv (the queries s:
+        self-attention) and lower_right (0)."""
+        return {"h_kv": dims.get("h", 1), "bf16": 0, "kv": dims.get("s", 1), "lower_right": 0}
 
     def knobs_read(self, shape: ProblemShape) -> frozenset[str]:
         """The knobs of this head dimension's kernel: the other one's (``*_d128`` at D = 64; ``*_d64`` and
@@ -166,11 +197,22 @@ class FlashCore(RuntimeFamily):
         return frozenset(k.name for k in self.space.knobs) - unread
 
     def flops(self, shape: ProblemShape) -> float:
-        full = 4.0 * shape["b"] * shape["h"] * shape["s"] * shape["s"] * shape["d"]
-        return full / 2 if shape["causal"] else full
+        """4 D a head per score a causal mask leaves (counted as half of the square it cuts): at the top left the
+        first min(S, KV) rows' triangle and every key of the rows after it; at the lower right the triangle and
+        the S x (KV - S) keys before it."""
+        dims = self.dimension_defaults(dict(shape.dims)) | dict(shape.dims)  # (a shape made by hand may leave kv out)
+        s, kv = dims["s"], dims["kv"]
+        scores = s * kv
+        if dims["causal"] and dims["lower_right"]:
+            scores = s * (kv - s) + s * s / 2
+        elif shape["causal"]:
+            scores = min(s, kv) ** 2 / 2 + max(0, s - kv) * kv
+        return 4.0 * shape["b"] * shape["h"] * scores * shape["d"]
 
     def bytes_moved(self, shape: ProblemShape) -> float:
-        return 2.0 * 2 * shape["b"] * (shape["h"] + shape["h_kv"]) * shape["s"] * shape["d"]
+        """Q and O (H heads, S rows), K and V (h_kv heads, kv rows), two bytes a value."""
+        dims = self.dimension_defaults(dict(shape.dims)) | dict(shape.dims)
+        return 2.0 * 2 * dims["b"] * (dims["h"] * dims["s"] + dims["h_kv"] * dims["kv"]) * dims["d"]
 
 
 FAMILY = FlashCore()

@@ -18,10 +18,12 @@ from typing import Mapping
 import torch
 
 if __package__:  # evo.seeds.flashdecode.runtime, inside evo
-    from evo.runtime.attention import ALIGNED_GRADIENT_SCHEMA, sdpa, sdpa_gradient, sdpa_gradient_fake
+    from evo.runtime.attention import (ALIGNED_GRADIENT_SCHEMA, every_query_sees_a_key, sdpa, sdpa_gradient,
+                                       sdpa_gradient_fake)
     from evo.runtime.cuda import CudaModule, PreparedLaunch, current_stream, multiprocessors, require_capability
 else:  # an exported package's evo_family.py, with evo_runtime/ beside it
-    from evo_runtime.attention import ALIGNED_GRADIENT_SCHEMA, sdpa, sdpa_gradient, sdpa_gradient_fake
+    from evo_runtime.attention import (ALIGNED_GRADIENT_SCHEMA, every_query_sees_a_key, sdpa, sdpa_gradient,
+                                       sdpa_gradient_fake)
     from evo_runtime.cuda import CudaModule, PreparedLaunch, current_stream, multiprocessors, require_capability
 
 DEVICE = "cuda"
@@ -106,11 +108,6 @@ def _backend(name: str):
 
 # (the EFFICIENT_ATTENTION backend takes no grouped K/V heads)
 OTHER_ANCHORS = {"torch SDPA FLASH_ATTENTION backend": _backend("FLASH_ATTENTION")}
-
-
-def every_query_sees_a_key(queries: int, keys: int, lower_right: bool) -> bool:
-    """A causal mask aligned to the lower right leaves a query no key where there are fewer keys than queries."""
-    return not lower_right or keys >= queries
 
 
 def takes(genome: Mapping, dims: Mapping) -> bool:
