@@ -1,6 +1,7 @@
 """FlashCore's op as a drop-in where models call attention: SDPA's signature (``sdpa``, the op's
-scaled_dot_product_attention bound to it; ``causal_mask`` reads the masks it takes), a context in which torch's own SDPA is the op's (timm's attention
-calls it), and transformers' attention function with its registration.
+scaled_dot_product_attention bound to it; ``causal_mask`` reads the masks it takes), a context in which
+torch's own SDPA is the op's (timm's attention calls it), and transformers' attention function with its
+registration.
 
 Needs torch (transformers only when its functions are called): `evo export` ships it as flashcore_dropin.py.
 """

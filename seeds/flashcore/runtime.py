@@ -65,7 +65,7 @@ def _keys(dims: Mapping) -> int:  # K/V rows: kv, as many as the queries s where
 
 def complete_dims(dims: Mapping) -> dict:
     """A caller's dimensions with kv (keys: as many as the queries s) and lower_right (0) where left out."""
-    return {**dims, "kv": dims.get("kv", dims["s"]), "lower_right": dims.get("lower_right", 0)}
+    return {**dims, "kv": _keys(dims), "lower_right": dims.get("lower_right", 0)}
 
 
 def _lower_right(dims: Mapping) -> bool:
@@ -298,9 +298,7 @@ def _attend(op, q, k, v, causal: tuple[bool, bool], scale, enable_gqa: bool) -> 
         return out
 
     def pytorch(q, k, v):
-        if causal[1]:  # (scale and grouped heads as SDPA takes them with the lower-right mask)
-            return sdpa(q, k, v, True, True, scale=scale, enable_gqa=enable_gqa)
-        return _SDPA(q, k, v, is_causal=causal[0], scale=scale, enable_gqa=enable_gqa)
+        return sdpa(q, k, v, *causal, scale=scale, enable_gqa=enable_gqa)
 
     if signature is not None:
         op.remember(signature, pytorch)

@@ -177,10 +177,14 @@ class FlashCore(RuntimeFamily):
             raise ValueError(f"flashcore handles head dimension {HEAD_DIMS}, not {shape['d']}")
         if shape["h"] % shape["h_kv"]:
             raise ValueError(f"the query heads h = {shape['h']} must be a multiple of the K/V heads h_kv = {shape['h_kv']}")
-        dims = self.dimension_defaults(dict(shape.dims)) | dict(shape.dims)
+        dims = self._with_defaults(shape)
         if dims["lower_right"] and not (dims["causal"] and dims["kv"] > dims["s"]):
             raise ValueError(f"lower_right (the causal mask aligned to the lower right) needs causal = 1 and more keys "
                              f"than queries (kv > s), not causal = {dims['causal']}, kv = {dims['kv']}, s = {dims['s']}")
+
+    def _with_defaults(self, shape: ProblemShape) -> dict[str, int]:
+        """The shape's dimensions, the defaults where it leaves some out (a shape made by hand may lack kv)."""
+        return self.dimension_defaults(dict(shape.dims)) | dict(shape.dims)
 
     def dimension_defaults(self, dims: Mapping[str, int]) -> dict[str, int]:
         """A workload file may leave out h_kv (the query heads h: no grouping), bf16 (0: fp16), kv (the queries s:
@@ -200,18 +204,18 @@ class FlashCore(RuntimeFamily):
         """4 D a head per score a causal mask leaves (counted as half of the square it cuts): at the top left the
         first min(S, KV) rows' triangle and every key of the rows after it; at the lower right the triangle and
         the S x (KV - S) keys before it."""
-        dims = self.dimension_defaults(dict(shape.dims)) | dict(shape.dims)  # (a shape made by hand may leave kv out)
+        dims = self._with_defaults(shape)
         s, kv = dims["s"], dims["kv"]
         scores = s * kv
         if dims["causal"] and dims["lower_right"]:
             scores = s * (kv - s) + s * s / 2
-        elif shape["causal"]:
+        elif dims["causal"]:
             scores = min(s, kv) ** 2 / 2 + max(0, s - kv) * kv
-        return 4.0 * shape["b"] * shape["h"] * scores * shape["d"]
+        return 4.0 * dims["b"] * dims["h"] * scores * dims["d"]
 
     def bytes_moved(self, shape: ProblemShape) -> float:
         """Q and O (H heads, S rows), K and V (h_kv heads, kv rows), two bytes a value."""
-        dims = self.dimension_defaults(dict(shape.dims)) | dict(shape.dims)
+        dims = self._with_defaults(shape)
         return 2.0 * 2 * dims["b"] * (dims["h"] * dims["s"] + dims["h_kv"] * dims["kv"]) * dims["d"]
 
 
