@@ -14,6 +14,23 @@ ALIGNED_GRADIENT_SCHEMA = ("(Tensor grad, Tensor q, Tensor k, Tensor v, bool cau
                            "(Tensor, Tensor, Tensor)")
 
 
+CAUSAL_ARGUMENTS = (False, True, "top_left", "lower_right")  # what an attention op's public causal may be
+
+
+def causal_alignment(causal) -> tuple[bool, bool]:
+    """(causal, lower_right) for a public function's ``causal``: False, True or "top_left" (SDPA's is_causal), or
+    "lower_right"; ValueError naming the argument for anything else."""
+    if causal not in CAUSAL_ARGUMENTS:
+        raise ValueError(f"causal must be False, True, 'top_left' or 'lower_right', not {causal!r}")
+    return bool(causal), causal == "lower_right"
+
+
+def boolean_causal_mask(queries: int, keys: int, lower_right: bool, device) -> torch.Tensor:
+    """The causal mask as a boolean [queries, keys] tensor (True: seen): query i sees keys 0..i, or with
+    ``lower_right`` 0..keys - queries + i."""
+    return torch.ones(queries, keys, dtype=torch.bool, device=device).tril(keys - queries if lower_right else 0)
+
+
 def every_query_sees_a_key(queries: int, keys: int, lower_right: bool) -> bool:
     """A causal mask aligned to the lower right leaves a query no key where there are fewer keys than queries."""
     return not lower_right or keys >= queries
@@ -29,7 +46,7 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, lower_
     grouped = k.shape[1] != q.shape[1] if enable_gqa is None else enable_gqa
     if causal and lower_right and q.shape[-2] != k.shape[-2]:
         if torch.compiler.is_compiling():
-            mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril(k.shape[-2] - q.shape[-2])
+            mask = boolean_causal_mask(q.shape[-2], k.shape[-2], True, q.device)
         else:
             from torch.nn.attention.bias import causal_lower_right
 

@@ -18,14 +18,14 @@ from typing import Mapping
 import torch
 
 if __package__:  # seeds.flashcore.runtime, inside evo
-    from evo.runtime.attention import (ALIGNED_GRADIENT_SCHEMA as GRADIENT_SCHEMA, every_query_sees_a_key, sdpa,
-                                       sdpa_gradient, sdpa_gradient_fake)
+    from evo.runtime.attention import (ALIGNED_GRADIENT_SCHEMA as GRADIENT_SCHEMA, boolean_causal_mask, causal_alignment,
+                                       every_query_sees_a_key, sdpa, sdpa_gradient, sdpa_gradient_fake)
     from evo.runtime.cuda import (CudaModule, MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, mappable,
                              require_capability, tensor_map, ticketed_workspace)
     from evo.seeds.flashcore import dropin, plan
 else:  # an exported package's evo_family.py, with the files it imports beside it
-    from evo_runtime.attention import (ALIGNED_GRADIENT_SCHEMA as GRADIENT_SCHEMA, every_query_sees_a_key, sdpa,
-                                       sdpa_gradient, sdpa_gradient_fake)
+    from evo_runtime.attention import (ALIGNED_GRADIENT_SCHEMA as GRADIENT_SCHEMA, boolean_causal_mask, causal_alignment,
+                                       every_query_sees_a_key, sdpa, sdpa_gradient, sdpa_gradient_fake)
     import flashcore_dropin as dropin
     import flashcore_plan as plan
     from evo_runtime.cuda import (CudaModule, MapCache, PreparedLaunch, TensorMapBytes, box_map, current_stream, mappable,
@@ -48,7 +48,6 @@ CPU tensors) runs PyTorch's SDPA, with its results. q, k and v may be views such
 transformers' [B, S, H, D] transposed; the output is laid out as q. Gradients: PyTorch's backward of SDPA."""
 PUBLIC = "attention"
 SCHEMA = "(Tensor q, Tensor k, Tensor v, bool causal, bool lower_right=False) -> Tensor"
-CAUSAL_ARGUMENTS = (False, True, "top_left", "lower_right")
 
 
 def _dtype(dims: Mapping) -> torch.dtype:
@@ -102,10 +101,7 @@ def reference(dims: Mapping, inputs) -> torch.Tensor:
     group = q.shape[1] // k.shape[1]
     if group > 1:  # every query head's own copy of its K/V head
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    mask = None
-    if dims["causal"]:
-        offset = k.shape[2] - q.shape[2] if _lower_right(dims) else 0
-        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril(offset)
+    mask = boolean_causal_mask(q.shape[2], k.shape[2], _lower_right(dims), q.device) if dims["causal"] else None
     with sdpa_kernel(SDPBackend.MATH):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
@@ -332,11 +328,10 @@ def attention(op, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     have fewer heads than q; causal: False, True (SDPA's is_causal, aligned to the top left) or "lower_right" (the
     queries are the last S of the S_kv positions: chunked prefill). The evolved kernel measured fastest for this
     shape, or PyTorch's SDPA (where none is, and for what no kernel takes)."""
-    if causal not in CAUSAL_ARGUMENTS:
-        raise ValueError(f"causal must be False, True, 'top_left' or 'lower_right', not {causal!r}")
+    causal, lower_right = causal_alignment(causal)
     four = k.dim() == 4 and q.dim() == 4
-    lower_right = causal == "lower_right" and four and q.shape[2] != k.shape[2]
-    return _attend(op, q, k, v, (bool(causal), lower_right), None, four and k.shape[1] != q.shape[1])
+    lower_right = lower_right and four and q.shape[2] != k.shape[2]
+    return _attend(op, q, k, v, (causal, lower_right), None, four and k.shape[1] != q.shape[1])
 
 
 def _dims(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, lower_right: bool = False) -> dict:

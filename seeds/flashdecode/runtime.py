@@ -18,12 +18,12 @@ from typing import Mapping
 import torch
 
 if __package__:  # evo.seeds.flashdecode.runtime, inside evo
-    from evo.runtime.attention import (ALIGNED_GRADIENT_SCHEMA, every_query_sees_a_key, sdpa, sdpa_gradient,
-                                       sdpa_gradient_fake)
+    from evo.runtime.attention import (ALIGNED_GRADIENT_SCHEMA, boolean_causal_mask, causal_alignment,
+                                       every_query_sees_a_key, sdpa, sdpa_gradient, sdpa_gradient_fake)
     from evo.runtime.cuda import CudaModule, PreparedLaunch, current_stream, multiprocessors, require_capability
 else:  # an exported package's evo_family.py, with evo_runtime/ beside it
-    from evo_runtime.attention import (ALIGNED_GRADIENT_SCHEMA, every_query_sees_a_key, sdpa, sdpa_gradient,
-                                       sdpa_gradient_fake)
+    from evo_runtime.attention import (ALIGNED_GRADIENT_SCHEMA, boolean_causal_mask, causal_alignment,
+                                       every_query_sees_a_key, sdpa, sdpa_gradient, sdpa_gradient_fake)
     from evo_runtime.cuda import CudaModule, PreparedLaunch, current_stream, multiprocessors, require_capability
 
 DEVICE = "cuda"
@@ -47,7 +47,6 @@ SDPA."""
 PUBLIC = "attention"
 SCHEMA = "(Tensor q, Tensor k, Tensor v, bool causal, bool lower_right=False) -> Tensor"
 GRADIENT_SCHEMA = ALIGNED_GRADIENT_SCHEMA
-CAUSAL_ARGUMENTS = (False, True, "top_left", "lower_right")  # what the public function's causal may be
 
 
 def _dtype(dims: Mapping) -> torch.dtype:
@@ -75,8 +74,7 @@ def reference(dims: Mapping, inputs) -> torch.Tensor:
     out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     mask = None
     if dims["causal"]:
-        shift = keys - queries if dims.get("lower_right") else 0
-        mask = torch.ones(queries, keys, dtype=torch.bool, device=q.device).tril(shift).repeat(group, 1)
+        mask = boolean_causal_mask(queries, keys, bool(dims.get("lower_right")), q.device).repeat(group, 1)
     for i in range(b):
         rows = q[i].float().reshape(h_kv, group * queries, d)
         scores = torch.matmul(rows, k[i].float().transpose(1, 2)) / math.sqrt(d)
@@ -251,9 +249,7 @@ def attention(op, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     measured fastest for this shape, or PyTorch's SDPA (where none is, and for what no kernel takes). A plain
     eager call of a signature seen before runs what it ran then, its launch prepared (the host's cost of a decode
     step counts)."""
-    if causal not in CAUSAL_ARGUMENTS:
-        raise ValueError(f"causal must be False, True, 'top_left' or 'lower_right', not {causal!r}")
-    causal, lower_right = bool(causal), causal == "lower_right"
+    causal, lower_right = causal_alignment(causal)
     signature = op.signature((q, k, v), causal, lower_right)
     if signature is not None:
         fast = op.fast(signature)
